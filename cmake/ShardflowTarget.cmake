@@ -1,0 +1,26 @@
+# Compile options shared by every shardflow target.
+function(shardflow_configure_target target)
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic -Wshadow
+                                           -Wnon-virtual-dtor -Wimplicit-fallthrough)
+  if(SHARDFLOW_WERROR)
+    target_compile_options(${target} PRIVATE -Werror)
+  endif()
+  if(SHARDFLOW_SANITIZE)
+    target_compile_options(${target} PRIVATE -fsanitize=address,undefined
+                                             -fno-sanitize-recover=undefined
+                                             -fno-omit-frame-pointer)
+    target_link_options(${target} PRIVATE -fsanitize=address,undefined)
+  endif()
+endfunction()
+
+# One static library per pipeline stage: shardflow_add_library(<stage> SOURCES ... DEPS ...)
+function(shardflow_add_library stage)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;PRIVATE_DEPS" ${ARGN})
+  set(target shardflow_${stage})
+  add_library(${target} STATIC ${ARG_SOURCES})
+  add_library(shardflow::${stage} ALIAS ${target})
+  target_include_directories(${target} PUBLIC ${PROJECT_SOURCE_DIR}/include
+                                       PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+  target_link_libraries(${target} PUBLIC ${ARG_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
+  shardflow_configure_target(${target})
+endfunction()

@@ -1,0 +1,29 @@
+// Small text helpers shared by the printers: Python-style reprs and joins.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace shardflow {
+
+// Python's repr() of a str: single quotes unless the text contains a single
+// quote and no double quote; backslash escapes for quotes, control characters
+// and bytes that are not valid UTF-8.
+std::string python_repr(std::string_view text);
+
+// A quoted, escaped rendering of arbitrary bytes for error messages, cut to at
+// most `max_bytes` input bytes (with "..." when cut).
+std::string quote_for_message(std::string_view text, std::size_t max_bytes = 80);
+
+// "a<sep>b<sep>c" for integers.
+std::string join_ints(std::span<const int64_t> values, std::string_view separator);
+
+// Python's str() of a tuple of ints: "(1,)", "(2, 4)", "()".
+std::string python_int_tuple(std::span<const int64_t> values);
+
+// numpy's str() of a 1-D int array: "[0 1 2 3]".
+std::string numpy_int_array(std::span<const int64_t> values);
+
+}  // namespace shardflow

@@ -1,0 +1,69 @@
+// Where each device's piece of a global tensor lives (sharding-semantics §6).
+//
+// Shards are ceil-sized and padded on the high side, so every device holds a
+// buffer of the same padded shard shape, and trailing devices may hold slices
+// that are short or empty. Example: 17 rows on 8 devices gives shards of 3
+// rows; devices 0-4 hold 3 valid rows, device 5 holds 2, devices 6-7 hold 0.
+// Within a replication group, replica ids follow XLA's sorted device order;
+// on a replicated tensor a device's replica id is its device id.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "shardflow/sharding/hlo_sharding.h"
+
+namespace shardflow {
+
+class Sharding;
+
+// The half-open range [start, stop) of one dimension of the global tensor.
+struct DimSlice {
+  int64_t start = 0;
+  int64_t stop = 0;
+  int64_t size() const { return stop - start; }
+  friend bool operator==(const DimSlice&, const DimSlice&) = default;
+};
+
+struct DeviceShard {
+  int64_t device = 0;
+  int64_t replica_id = 0;
+  // One slice per tensor dim, unpadded (global coordinates).
+  std::vector<DimSlice> slices;
+  // Which shard of each tensor dim the device holds (0 for dims not split).
+  std::vector<int64_t> tile_index;
+  // The device holds the whole tensor (Python's Ellipsis index).
+  bool whole = false;
+};
+
+struct ShardLayout {
+  std::vector<int64_t> global_shape;
+  std::vector<int64_t> shard_shape;  // padded; the same on every device
+  std::vector<int64_t> num_tiles;    // shards per tensor dim (1 = not split)
+  std::vector<DeviceShard> shards;   // ordered by device id
+
+  int64_t shard_elements() const;
+  const DeviceShard& shard_of(int64_t device) const;
+};
+
+// Layout of a tensor of `shape` under an XLA sharding over devices
+// 0..num_devices-1. A tiled sharding may have fewer data dims than the tensor
+// has dims; the trailing tensor dims are then taken whole.
+ShardLayout shard_layout(const HloSharding& sharding, std::span<const int64_t> shape,
+                         int64_t num_devices);
+// Layout under shardflow's sharding (through its V1 form).
+ShardLayout shard_layout(const Sharding& sharding, std::span<const int64_t> shape);
+
+// Splits a row-major global tensor into one padded buffer per shard (in
+// `layout.shards` order); padding is zero bytes.
+std::vector<std::vector<std::byte>> split_into_shards(const ShardLayout& layout,
+                                                      std::span<const std::byte> global,
+                                                      std::size_t element_size);
+// Rebuilds the global tensor from padded shards, reading replica 0 of each tile.
+std::vector<std::byte> assemble_from_shards(const ShardLayout& layout,
+                                            std::span<const std::vector<std::byte>> shards,
+                                            std::size_t element_size);
+
+}  // namespace shardflow

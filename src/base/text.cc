@@ -1,0 +1,98 @@
+#include "shardflow/base/text.h"
+
+#include <fmt/format.h>
+
+namespace shardflow {
+
+// Length of the valid UTF-8 sequence starting at text[i], or 0 if invalid.
+static std::size_t utf8_sequence_length(std::string_view text, std::size_t i) {
+  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
+  const unsigned char lead = byte(i);
+  std::size_t length = 0;
+  uint32_t code = 0;
+  if (lead >= 0xC2 && lead <= 0xDF) {
+    length = 2;
+    code = lead & 0x1F;
+  } else if (lead >= 0xE0 && lead <= 0xEF) {
+    length = 3;
+    code = lead & 0x0F;
+  } else if (lead >= 0xF0 && lead <= 0xF4) {
+    length = 4;
+    code = lead & 0x07;
+  } else {
+    return 0;
+  }
+  if (i + length > text.size()) return 0;
+  for (std::size_t k = 1; k < length; ++k) {
+    if ((byte(i + k) & 0xC0) != 0x80) return 0;
+    code = (code << 6) | (byte(i + k) & 0x3F);
+  }
+  const bool overlong = (length == 3 && code < 0x800) || (length == 4 && code < 0x10000);
+  const bool surrogate = code >= 0xD800 && code <= 0xDFFF;
+  if (overlong || surrogate || code > 0x10FFFF) return 0;
+  return length;
+}
+
+static void append_escaped(std::string& out, std::string_view text, std::size_t max_bytes,
+                           char quote) {
+  for (std::size_t i = 0; i < text.size() && i < max_bytes; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c == '\\' || c == static_cast<unsigned char>(quote)) {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c < 0x20 || c == 0x7F) {
+      out += fmt::format("\\x{:02x}", c);
+    } else if (c < 0x80) {
+      out += static_cast<char>(c);
+    } else if (std::size_t n = utf8_sequence_length(text, i); n > 0) {
+      out.append(text.substr(i, n));
+      i += n - 1;
+    } else {
+      out += fmt::format("\\x{:02x}", c);
+    }
+  }
+}
+
+std::string python_repr(std::string_view text) {
+  const bool has_single = text.find('\'') != std::string_view::npos;
+  const bool has_double = text.find('"') != std::string_view::npos;
+  const char quote = (has_single && !has_double) ? '"' : '\'';
+  std::string out(1, quote);
+  append_escaped(out, text, text.size(), quote);
+  out += quote;
+  return out;
+}
+
+std::string quote_for_message(std::string_view text, std::size_t max_bytes) {
+  std::string out = "\"";
+  append_escaped(out, text, max_bytes, '"');
+  if (text.size() > max_bytes) out += "...";
+  out += '"';
+  return out;
+}
+
+std::string join_ints(std::span<const int64_t> values, std::string_view separator) {
+  std::string out;
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (i > 0) out += separator;
+    out += std::to_string(values[i]);
+  }
+  return out;
+}
+
+std::string python_int_tuple(std::span<const int64_t> values) {
+  if (values.size() == 1) return fmt::format("({},)", values[0]);
+  return "(" + join_ints(values, ", ") + ")";
+}
+
+std::string numpy_int_array(std::span<const int64_t> values) {
+  return "[" + join_ints(values, " ") + "]";
+}
+
+}  // namespace shardflow

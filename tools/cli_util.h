@@ -1,0 +1,25 @@
+// Helpers shared by the `shardflow` subcommands.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace shardflow::cli {
+
+// A malformed command line (exit status 2), as opposed to invalid input that
+// the command line describes correctly (shardflow::Error, exit status 1).
+class UsageError : public std::runtime_error {
+ public:
+  explicit UsageError(const std::string& message) : std::runtime_error(message) {}
+};
+
+// "2,4", "2, 4", "(2, 4)", "[2,4]", "8" -> {2, 4} / {8}; "" and "()" -> {}.
+std::vector<int64_t> parse_int_list(std::string_view option, std::string_view text);
+
+// "data,model" or the Python form "('data', 'model')"; "None" -> {} (unnamed).
+std::vector<std::string> parse_name_list(std::string_view option, std::string_view text);
+
+}  // namespace shardflow::cli

@@ -1,0 +1,27 @@
+// The subcommands of the `shardflow` program. Each takes its parsed options
+// and returns the exit status; invalid input is thrown as shardflow::Error
+// (exit 1), a malformed command line as cli::UsageError (exit 2). Only
+// main.cc sees CLI11, to keep its heavy header out of the other files.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace shardflow::cli {
+
+struct ShardingOptions {
+  std::string mesh_shape;
+  std::optional<std::string> device_ids;
+  std::optional<std::string> axis_names;
+  std::string spec;
+  std::optional<std::string> shape;
+  std::optional<int64_t> num_devices;
+  std::string format = "text";
+};
+
+// `shardflow sharding`: a mesh and a partition spec, shown as XLA sharding
+// strings, the sharding type, and (with a shape) each device's shard.
+int run_sharding_command(const ShardingOptions& options);
+
+}  // namespace shardflow::cli

@@ -1,0 +1,66 @@
+// The `shardflow` command-line program.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <iostream>
+
+#include "cli_util.h"
+#include "commands.h"
+#include "shardflow/base/error.h"
+
+namespace cli = shardflow::cli;
+
+static void add_sharding_command(CLI::App& app, cli::ShardingOptions& options) {
+  CLI::App* command = app.add_subcommand(
+      "sharding",
+      "Show how a partition spec shards a tensor over a device mesh: the XLA sharding strings "
+      "PyTorch/XLA prints (V1 explicit, V2 iota), the sharding type, and which device holds "
+      "which block");
+  command->add_option("--mesh-shape", options.mesh_shape, "Mesh shape, e.g. 2,4")->required();
+  command->add_option("--device-ids", options.device_ids,
+                      "Device ids in mesh order (default 0..N-1), e.g. 0,1,2,3,4,5,6,7");
+  command->add_option("--axis-names", options.axis_names,
+                      "Axis names, e.g. data,model (default: unnamed axes)");
+  command->add_option("--spec", options.spec,
+                      "Partition spec as a Python tuple, e.g. \"(0, None)\" or "
+                      "\"(('data', 'fsdp'), None)\"")
+      ->required();
+  command->add_option("--shape", options.shape,
+                      "Tensor shape, e.g. 4,4; adds the padded shard shape and each device's "
+                      "slices");
+  command->add_option("--num-devices", options.num_devices,
+                      "Global device count the mesh must cover (default: the mesh size)");
+  command->add_option("--format", options.format, "Output format")
+      ->check(CLI::IsMember({"text", "v1", "v2", "json"}));
+}
+
+int main(int argc, char** argv) {
+  CLI::App app{"shardflow: SPMD partitioning of tensor programs over a device mesh"};
+  app.require_subcommand(1);
+  cli::ShardingOptions sharding_options;
+  add_sharding_command(app, sharding_options);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    return 0;
+  } catch (const CLI::CallForAllHelp&) {
+    std::cout << app.help("", CLI::AppFormatMode::All);
+    return 0;
+  } catch (const CLI::ParseError& error) {
+    std::cerr << "error: " << error.what() << "\n" << "Run with --help for usage.\n";
+    return 2;
+  }
+
+  try {
+    if (app.got_subcommand("sharding")) return cli::run_sharding_command(sharding_options);
+  } catch (const cli::UsageError& error) {
+    std::cerr << "error: " << error.what() << "\n";
+    return 2;
+  } catch (const shardflow::Error& error) {
+    std::cerr << "error: " << error.what() << "\n";
+    return 1;
+  }
+  return 2;
+}
