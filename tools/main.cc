@@ -3,12 +3,22 @@
 
 #include <cstdio>
 #include <iostream>
+#include <string>
 
 #include "cli_util.h"
 #include "commands.h"
 #include "shardflow/base/error.h"
 
 namespace cli = shardflow::cli;
+
+// Scripts read exactly one error line; numpy-style array text may wrap.
+static std::string one_line(std::string message) {
+  for (std::size_t at = message.find('\n'); at != std::string::npos; at = message.find('\n', at)) {
+    const std::size_t end = message.find_first_not_of(' ', at + 1);
+    message.replace(at, (end == std::string::npos ? message.size() : end) - at, " ");
+  }
+  return message;
+}
 
 static void add_sharding_command(CLI::App& app, cli::ShardingOptions& options) {
   CLI::App* command = app.add_subcommand(
@@ -56,10 +66,10 @@ int main(int argc, char** argv) {
   try {
     if (app.got_subcommand("sharding")) return cli::run_sharding_command(sharding_options);
   } catch (const cli::UsageError& error) {
-    std::cerr << "error: " << error.what() << "\n";
+    std::cerr << "error: " << one_line(error.what()) << "\n";
     return 2;
   } catch (const shardflow::Error& error) {
-    std::cerr << "error: " << error.what() << "\n";
+    std::cerr << "error: " << one_line(error.what()) << "\n";
     return 1;
   }
   return 2;

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <vector>
+
 namespace shardflow {
 
 // Length of the valid UTF-8 sequence starting at text[i], or 0 if invalid.
@@ -92,7 +95,39 @@ std::string python_int_tuple(std::span<const int64_t> values) {
 }
 
 std::string numpy_int_array(std::span<const int64_t> values) {
-  return "[" + join_ints(values, " ") + "]";
+  // numpy's str(): elements right-aligned to a common width, lines wrapped at
+  // 75 columns with a one-space hanging indent, and arrays of more than 1000
+  // elements summarised as "first 3 ... last 3".
+  if (values.empty()) return "[]";
+  constexpr std::size_t kEdgeItems = 3;
+  const bool summarise = values.size() > 1000;
+  std::vector<std::string> words;
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (summarise && i == kEdgeItems) {
+      words.emplace_back("...");
+      i = values.size() - kEdgeItems;
+    }
+    words.push_back(std::to_string(values[i]));
+  }
+  std::size_t width = 0;
+  for (const std::string& word : words) {
+    if (word != "...") width = std::max(width, word.size());
+  }
+  constexpr std::size_t kLineWidth = 74;  // 75 minus the closing bracket
+  const std::string indent = " ";
+  std::string text;
+  std::string line = indent;
+  for (std::size_t i = 0; i < words.size(); ++i) {
+    std::string word = words[i] == "..." ? words[i] : std::string(width - words[i].size(), ' ') + words[i];
+    if (line.size() + word.size() > kLineWidth && line.size() > indent.size()) {
+      text += line.substr(0, line.find_last_not_of(' ') + 1) + "\n";
+      line = indent;
+    }
+    line += word;
+    if (i + 1 < words.size()) line += ' ';
+  }
+  text += line;
+  return "[" + text.substr(indent.size()) + "]";
 }
 
 }  // namespace shardflow

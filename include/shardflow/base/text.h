@@ -23,7 +23,8 @@ std::string join_ints(std::span<const int64_t> values, std::string_view separato
 // Python's str() of a tuple of ints: "(1,)", "(2, 4)", "()".
 std::string python_int_tuple(std::span<const int64_t> values);
 
-// numpy's str() of a 1-D int array: "[0 1 2 3]".
+// numpy's str() of a 1-D int array: "[0 1 2 3]", "[ 0 -1]"; long arrays wrap
+// at 75 columns and more than 1000 elements are summarised, as numpy does.
 std::string numpy_int_array(std::span<const int64_t> values);
 
 }  // namespace shardflow

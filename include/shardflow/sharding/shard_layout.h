@@ -61,6 +61,10 @@ ShardLayout shard_layout(const Sharding& sharding, std::span<const int64_t> shap
 std::vector<std::vector<std::byte>> split_into_shards(const ShardLayout& layout,
                                                       std::span<const std::byte> global,
                                                       std::size_t element_size);
+// The same into existing buffers (e.g. device memory), one per shard, each of
+// shard_elements() * element_size bytes.
+void split_into_shards(const ShardLayout& layout, std::span<const std::byte> global,
+                       std::size_t element_size, std::span<const std::span<std::byte>> shards);
 // Rebuilds the global tensor from padded shards, reading replica 0 of each tile.
 std::vector<std::byte> assemble_from_shards(const ShardLayout& layout,
                                             std::span<const std::vector<std::byte>> shards,

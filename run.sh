@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Sets up, builds and runs shardflow on Debian 12.
+#
+#   ./run.sh demo   install the Debian packages, build (release), run the demo
+#   ./run.sh test   install the Debian packages, build release and asan, run every test
+#
+# Packages are installed with apt-get when run as root; otherwise the script
+# prints the apt-get line to run and stops.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")"
+
+PACKAGES=(g++ cmake ninja-build pkg-config libfmt-dev nlohmann-json3-dev libcli11-dev
+          libgtest-dev libgmock-dev libbenchmark-dev)
+
+install_packages() {
+  local missing=()
+  for package in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||
+      missing+=("$package")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  local line="apt-get install -y --no-install-recommends ${missing[*]}"
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "shardflow needs these Debian packages; run as root:" >&2
+    echo "  apt-get update && $line" >&2
+    exit 1
+  fi
+  echo "==> installing ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $line >/dev/null
+}
+
+build() {
+  echo "==> building ($1)"
+  cmake --preset "$1" >/dev/null
+  cmake --build --preset "$1"
+}
+
+demo() {
+  install_packages
+  build release
+  local shardflow=build/release/tools/shardflow
+  # The showcase mesh: 8 devices as (data=4, fsdp=1, model=2); an activation of
+  # shape (batch 4, 16 tokens, 288 features) annotated over all three axes,
+  # then a Megatron-style column-split weight on the same mesh.
+  local args=(--mesh-shape 4,1,2 --axis-names data,fsdp,model)
+  set -x
+  "$shardflow" sharding "${args[@]}" --spec "('data', 'fsdp', 'model')" --shape 4,16,288
+  "$shardflow" sharding "${args[@]}" --spec "(None, 'model')" --shape 288,768
+}
+
+run_tests() {
+  install_packages
+  build release
+  echo "==> tests (release)"
+  ctest --preset release
+  build asan
+  echo "==> tests (asan: AddressSanitizer + UndefinedBehaviorSanitizer)"
+  ctest --preset asan
+}
+
+case "${1:-}" in
+  demo) demo ;;
+  test) run_tests ;;
+  *)
+    echo "usage: $0 demo|test" >&2
+    exit 2
+    ;;
+esac
