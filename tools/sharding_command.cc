@@ -2,7 +2,6 @@
 #include <fmt/format.h>
 
 #include <iostream>
-#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "cli_util.h"
@@ -20,7 +19,7 @@ namespace shardflow::cli {
 static std::optional<int64_t> mesh_size(const std::vector<int64_t>& shape) {
   int64_t size = 1;
   for (int64_t extent : shape) {
-    if (extent <= 0 || size > std::numeric_limits<int32_t>::max() / extent) return std::nullopt;
+    if (extent <= 0 || size > kMaxMeshSize / extent) return std::nullopt;
     size *= extent;
   }
   return size;

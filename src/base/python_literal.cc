@@ -6,6 +6,7 @@
 
 #include <cassert>
 #include <charconv>
+#include <cstdlib>
 #include <cmath>
 #include <limits>
 
@@ -235,11 +236,11 @@ class LiteralParser {
   }
 
   PyValue parse_value(int depth) {
-    if (depth >= kMaxDepth) {
-      fail_message(pos_, fmt::format("nesting deeper than {} levels", kMaxDepth));
-    }
     skip_space();
     const char c = peek();
+    if ((c == '(' || c == '[' || c == '{') && depth >= kMaxDepth) {
+      fail_message(pos_, fmt::format("containers nested deeper than {} levels", kMaxDepth));
+    }
     if (c == '(') return parse_parenthesised(depth);
     if (c == '[') return parse_list(depth);
     if (c == '{') return parse_dict(depth);
@@ -267,14 +268,12 @@ class LiteralParser {
                                     name));
   }
 
-  // Unary signs ("-1", "- 2", "--3", "+4") in front of a number.
+  // One unary sign ("-1", "- 2", "+4") in front of a number; ast.literal_eval
+  // rejects "--1", and so does this parser.
   PyValue parse_signed() {
-    bool negative = false;
-    while (peek() == '-' || peek() == '+') {
-      negative ^= peek() == '-';
-      ++pos_;
-      skip_space();
-    }
+    const bool negative = peek() == '-';
+    ++pos_;
+    skip_space();
     if (!is_digit(peek()) && peek() != '.') fail("a number after the sign");
     return parse_number(negative);
   }
@@ -323,13 +322,10 @@ class LiteralParser {
       fail("a separator after the number");
     }
     if (is_float) {
-      double value = 0;
-      const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
-      if (ec == std::errc::result_out_of_range) {
-        value = std::numeric_limits<double>::infinity();
-      } else if (ec != std::errc() || end != digits.data() + digits.size()) {
-        fail_at(start, "a number");
-      }
+      // strtod gives 0 on underflow and infinity on overflow, as Python does.
+      char* end = nullptr;
+      const double value = std::strtod(digits.c_str(), &end);
+      if (end != digits.c_str() + digits.size()) fail_at(start, "a number");
       return PyValue::floating(negative ? -value : value);
     }
     if (digits.size() > 1 && digits[0] == '0' && digits.find_first_not_of('0') != std::string::npos) {
@@ -345,8 +341,15 @@ class LiteralParser {
       if (radix == 16) return is_digit(c) || ((c | 0x20) >= 'a' && (c | 0x20) <= 'f');
       return c >= '0' && c < static_cast<char>('0' + radix);
     };
+    // Python allows one '_' before each digit, including right after the prefix.
     while (!at_end() && (is_radix_digit(peek()) || peek() == '_')) {
-      if (peek() != '_') digits += peek();
+      if (peek() == '_') {
+        if (pos_ + 1 >= text_.size() || !is_radix_digit(text_[pos_ + 1])) {
+          fail_message(pos_, "'_' must be followed by a digit in a number");
+        }
+      } else {
+        digits += peek();
+      }
       ++pos_;
     }
     if (digits.empty()) fail(radix == 16 ? "a hexadecimal digit" : "a digit of the given base");

@@ -7,8 +7,14 @@
 
 namespace shardflow {
 
-// Length of the valid UTF-8 sequence starting at text[i], or 0 if invalid.
-static std::size_t utf8_sequence_length(std::string_view text, std::size_t i) {
+// The code point of the valid UTF-8 sequence starting at text[i] and its
+// length, or length 0 if the bytes there are not valid UTF-8.
+struct CodePoint {
+  uint32_t value = 0;
+  std::size_t length = 0;
+};
+
+static CodePoint decode_utf8(std::string_view text, std::size_t i) {
   const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
   const unsigned char lead = byte(i);
   std::size_t length = 0;
@@ -23,17 +29,36 @@ static std::size_t utf8_sequence_length(std::string_view text, std::size_t i) {
     length = 4;
     code = lead & 0x07;
   } else {
-    return 0;
+    return {};
   }
-  if (i + length > text.size()) return 0;
+  if (i + length > text.size()) return {};
   for (std::size_t k = 1; k < length; ++k) {
-    if ((byte(i + k) & 0xC0) != 0x80) return 0;
+    if ((byte(i + k) & 0xC0) != 0x80) return {};
     code = (code << 6) | (byte(i + k) & 0x3F);
   }
   const bool overlong = (length == 3 && code < 0x800) || (length == 4 && code < 0x10000);
   const bool surrogate = code >= 0xD800 && code <= 0xDFFF;
-  if (overlong || surrogate || code > 0x10FFFF) return 0;
-  return length;
+  if (overlong || surrogate || code > 0x10FFFF) return {};
+  return {code, length};
+}
+
+// Code points Python's repr() escapes: controls, format characters, line and
+// paragraph separators, spaces other than ' ', private use. (Unassigned code
+// points, which Python also escapes, are printed as they are.)
+static bool is_printable(uint32_t code) {
+  struct Range {
+    uint32_t first, last;
+  };
+  static constexpr Range kNotPrintable[] = {
+      {0x80, 0xA0},       {0xAD, 0xAD},       {0x600, 0x605},     {0x61C, 0x61C},
+      {0x6DD, 0x6DD},     {0x70F, 0x70F},     {0x1680, 0x1680},   {0x180E, 0x180E},
+      {0x2000, 0x200F},   {0x2028, 0x202F},   {0x205F, 0x2064},   {0x2066, 0x206F},
+      {0x3000, 0x3000},   {0xE000, 0xF8FF},   {0xFEFF, 0xFEFF},   {0xFFF9, 0xFFFB},
+      {0xF0000, 0x10FFFF}};
+  for (const Range& range : kNotPrintable) {
+    if (code >= range.first && code <= range.last) return false;
+  }
+  return true;
 }
 
 static void append_escaped(std::string& out, std::string_view text, std::size_t max_bytes,
@@ -53,9 +78,17 @@ static void append_escaped(std::string& out, std::string_view text, std::size_t 
       out += fmt::format("\\x{:02x}", c);
     } else if (c < 0x80) {
       out += static_cast<char>(c);
-    } else if (std::size_t n = utf8_sequence_length(text, i); n > 0) {
-      out.append(text.substr(i, n));
-      i += n - 1;
+    } else if (const CodePoint code = decode_utf8(text, i); code.length > 0) {
+      if (is_printable(code.value)) {
+        out.append(text.substr(i, code.length));
+      } else if (code.value < 0x100) {
+        out += fmt::format("\\x{:02x}", code.value);
+      } else if (code.value < 0x10000) {
+        out += fmt::format("\\u{:04x}", code.value);
+      } else {
+        out += fmt::format("\\U{:08x}", code.value);
+      }
+      i += code.length - 1;
     } else {
       out += fmt::format("\\x{:02x}", c);
     }

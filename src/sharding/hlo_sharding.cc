@@ -201,6 +201,10 @@ HloSharding HloSharding::subgroup(TileAssignment tiles, std::vector<SubgroupType
       merged_types.push_back(kSubgroupOrder[slot]);
     }
     perm.insert(perm.end(), removed.begin(), removed.end());
+    // No data dims and no subgroup dims left: one tile on one device. XLA
+    // would build a rank-0 tile assignment; that has no text form, and one
+    // device holding everything is replication.
+    if (merged_dims.empty()) return replicate();
     tiles = tiles.transpose(perm).reshape(std::move(merged_dims));
     types = std::move(merged_types);
   }

@@ -331,7 +331,7 @@ class HloShardingParser {
         advance();
         if (token.text == "device") {
           if (token_.kind != TokenKind::kInt) fail("an integer (device= attribute must be an integer)");
-          items.devices.push_back(token_.value);
+          items.devices = {token_.value};  // as in XLA, the last device= wins
           advance();
         } else if (token.text == "devices") {
           parse_devices(items);
@@ -358,8 +358,9 @@ class HloShardingParser {
   }
 
   HloSharding build(const Items& items, std::size_t start) const {
+    // As XLA, only an explicit id list counts as assigned devices here.
     const auto no_devices = [&](std::string_view kind) {
-      if (!items.devices.empty() || items.tile_dims) {
+      if (!items.devices.empty()) {
         fail_at(start, fmt::format("{} shardings should not have any devices assigned", kind));
       }
     };

@@ -64,8 +64,8 @@ Mesh::Mesh(std::vector<int64_t> device_ids, std::vector<int64_t> mesh_shape,
     if (extent <= 0) {
       throw Error("Mesh shape entries must be positive, got: " + python_int_tuple(mesh_shape_));
     }
-    if (size_ > std::numeric_limits<int32_t>::max() / extent) {
-      throw Error("Mesh shape " + python_int_tuple(mesh_shape_) + " has more than 2^31 devices");
+    if (size_ > kMaxMeshSize / extent) {
+      throw Error("Mesh shape " + python_int_tuple(mesh_shape_) + " has more than 2^20 devices");
     }
     size_ *= extent;
   }

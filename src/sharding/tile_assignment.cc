@@ -17,12 +17,13 @@ static std::string bracketed(const std::vector<int64_t>& values) {
 
 // Number of tiles; dims come from user text, so they are checked here.
 static int64_t product(const std::vector<int64_t>& values) {
-  constexpr int64_t kMaxDevices = int64_t{1} << 31;
+  // Far beyond any real mesh, and small enough to list the devices explicitly.
+  constexpr int64_t kMaxDevices = int64_t{1} << 20;
   int64_t result = 1;
   for (int64_t v : values) {
     if (v <= 0) throw Error("tile assignment dims must be positive, got " + bracketed(values));
     if (result > kMaxDevices / v) {
-      throw Error("tile assignment dims " + bracketed(values) + " describe more than 2^31 tiles");
+      throw Error("tile assignment dims " + bracketed(values) + " describe more than 2^20 tiles");
     }
     result *= v;
   }

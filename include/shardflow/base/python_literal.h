@@ -63,9 +63,10 @@ class PyValue {
 };
 
 // Parses one literal: None, True, False, ints (decimal, 0x/0o/0b, '_' groups,
-// unary +/-), floats, strings in single or double quotes with backslash
+// one unary +/-), floats, strings in single or double quotes with backslash
 // escapes (adjacent strings concatenate), tuples (a bare top-level "a, b" is a
-// tuple, as in Python), lists and dicts, nested up to 64 levels.
+// tuple, as in Python), lists and dicts; containers nest up to 64 levels.
+// Not supported: r/b/f string prefixes, \N{...} escapes, sets, complex numbers.
 PyValue parse_python_literal(std::string_view text);
 
 }  // namespace shardflow

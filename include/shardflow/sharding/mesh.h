@@ -16,6 +16,9 @@
 
 namespace shardflow {
 
+// The largest mesh shardflow accepts (2^20 devices).
+inline constexpr int64_t kMaxMeshSize = int64_t{1} << 20;
+
 class Mesh {
  public:
   // `axis_names` empty means an unnamed mesh (Python's `axis_names=None`).
