@@ -46,7 +46,7 @@ std::vector<std::vector<float>> shard_data(const sf::ShardLayout& layout) {
   std::vector<std::vector<float>> result;
   for (const auto& bytes : sf::split_into_shards(layout, std::as_bytes(std::span(global)), 4)) {
     std::vector<float> values(bytes.size() / 4);
-    std::memcpy(values.data(), bytes.data(), bytes.size());
+    if (!values.empty()) std::memcpy(values.data(), bytes.data(), bytes.size());
     result.push_back(std::move(values));
   }
   return result;
