@@ -1,0 +1,104 @@
+// An op, defined in one place: its schema, shape/dtype inference, sharding
+// rule and CPU kernel (ops/ holds the definitions; this is the interface).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "shardflow/ir/constant.h"
+#include "shardflow/ir/schema.h"
+#include "shardflow/ir/sharding_rule.h"
+#include "shardflow/ir/types.h"
+#include "shardflow/tensor/dense_tensor.h"
+
+namespace shardflow {
+
+// One argument of a call, bound to its schema slot: a constant, one tensor
+// input (its index among the call's tensor inputs), or a list of them.
+struct BoundArg {
+  enum class Kind { kConstant, kTensor, kTensorList };
+  Kind kind = Kind::kConstant;
+  Constant constant;
+  std::vector<int> tensors;  // tensor input indices (one for kTensor)
+};
+
+// The arguments of one call, in schema order, with typed accessors. Every
+// slot is filled (defaults included).
+class OpArgs {
+ public:
+  OpArgs(const FunctionSchema& schema, std::vector<BoundArg> args)
+      : schema_(&schema), args_(std::move(args)) {}
+
+  const FunctionSchema& schema() const { return *schema_; }
+  std::size_t size() const { return args_.size(); }
+  const BoundArg& operator[](std::size_t i) const { return args_.at(i); }
+  const std::vector<BoundArg>& all() const { return args_; }
+
+  // Accessors by argument name; they assume the binder checked the types.
+  const Constant& constant(std::string_view name) const;
+  int64_t get_int(std::string_view name) const;
+  std::optional<int64_t> get_optional_int(std::string_view name) const;
+  double get_number(std::string_view name) const;  // int or float (Scalar)
+  bool get_bool(std::string_view name) const;
+  const std::string& get_string(std::string_view name) const;
+  std::vector<int64_t> get_int_list(std::string_view name) const;  // an int is [int]
+  std::optional<std::vector<int64_t>> get_optional_int_list(std::string_view name) const;
+  std::optional<DType> get_optional_dtype(std::string_view name) const;
+  DType get_dtype(std::string_view name) const;
+  // Tensor input index of a Tensor argument; -1 when an optional one is None.
+  int tensor(std::string_view name) const;
+  const std::vector<int>& tensor_list(std::string_view name) const;
+
+ private:
+  const BoundArg& slot(std::string_view name) const;
+  const FunctionSchema* schema_;
+  std::vector<BoundArg> args_;
+};
+
+// Families, used by propagation priorities and by generic lowering.
+enum class OpFamily { kElementwise, kMovement, kReduction, kContraction, kIndexing, kCreation,
+                      kAnnotation };
+
+using InferFn = std::function<std::vector<TensorType>(const OpArgs&, std::span<const TensorType>)>;
+using RuleFn = std::function<OpShardingRule(const OpArgs&, std::span<const TensorType> inputs,
+                                            std::span<const TensorType> outputs)>;
+using KernelFn =
+    std::function<std::vector<DenseTensor>(const OpArgs&, std::span<const DenseTensor>)>;
+
+struct OpDef {
+  FunctionSchema schema;
+  OpFamily family = OpFamily::kElementwise;
+  InferFn infer;
+  RuleFn sharding_rule;
+  KernelFn kernel;
+
+  std::string full_name() const { return schema.full_name(); }
+};
+
+// Every registered op, by full name ("aten::add.Tensor"). Filled by
+// ops::register_all_ops(); nothing registers itself at static-init time.
+class OpRegistry {
+ public:
+  // Parses `def.schema` from `schema_text` and stores the op; a second op
+  // with the same full name is an error.
+  void add(std::string_view schema_text, OpDef def);
+  const OpDef* find(std::string_view full_name) const;
+  // All overloads of "aten::add" (or the one op when `name` has an overload).
+  std::vector<const OpDef*> overloads(std::string_view name) const;
+  std::vector<const OpDef*> all() const;
+
+ private:
+  std::vector<std::unique_ptr<OpDef>> ops_;
+  std::unordered_map<std::string, const OpDef*> by_full_name_;
+};
+
+OpRegistry& op_registry();
+
+}  // namespace shardflow

@@ -1,0 +1,47 @@
+// A dense, row-major tensor in an owned, 64-byte aligned host buffer.
+//
+// Copies share the buffer. Buffers are written only while a kernel fills a
+// tensor it just created; after that they are read-only by convention, so a
+// shared buffer never changes under another holder.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+
+#include "shardflow/tensor/dtype.h"
+#include "shardflow/tensor/shape.h"
+
+namespace shardflow {
+
+class DenseTensor {
+ public:
+  DenseTensor() = default;
+  // Uninitialised contents.
+  static DenseTensor empty(DType dtype, Shape shape);
+  static DenseTensor zeros(DType dtype, Shape shape);
+
+  DType dtype() const { return dtype_; }
+  const Shape& shape() const { return shape_; }
+  int64_t rank() const { return static_cast<int64_t>(shape_.size()); }
+  int64_t numel() const { return numel_; }
+  std::size_t nbytes() const { return static_cast<std::size_t>(numel_) * element_size(dtype_); }
+  bool defined() const { return buffer_ != nullptr; }
+
+  std::byte* data() { return buffer_.get(); }
+  const std::byte* data() const { return buffer_.get(); }
+  std::span<const std::byte> bytes() const { return {data(), nbytes()}; }
+  template <class T> T* data_as() { return reinterpret_cast<T*>(data()); }
+  template <class T> const T* data_as() const { return reinterpret_cast<const T*>(data()); }
+
+  // The same bytes read with another shape of equal element count.
+  DenseTensor reshaped(Shape shape) const;
+
+ private:
+  DType dtype_ = DType::kF32;
+  Shape shape_;
+  int64_t numel_ = 0;
+  std::shared_ptr<std::byte> buffer_;
+};
+
+}  // namespace shardflow

@@ -1,0 +1,373 @@
+// Elementwise ops: unary math, binary arithmetic and comparisons with NumPy
+// broadcasting, where, and dtype casts.
+//
+// Sharding rule of every op here: one pass-through factor per output dim,
+// shared with each operand dim it aligns with (size-1 broadcast dims get
+// their own factor). Example, add f32[8,1] + f32[8,16]:
+//   ([i, k], [i, j])->([i, j]) {i=8, j=16, k=1}
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "families.h"
+#include "kernel_util.h"
+#include "shardflow/base/error.h"
+
+namespace shardflow::ops {
+namespace {
+
+constexpr double kSqrt1_2 = 0.70710678118654752440;
+constexpr double kSqrt2OverPi = 0.79788456080286535588;
+
+OpShardingRule pointwise_rule(const OpArgs&, std::span<const TensorType> inputs,
+                              std::span<const TensorType> outputs) {
+  RuleBuilder builder(inputs, outputs);
+  builder.add_pointwise();
+  return builder.build();
+}
+
+// ------------------------------------------------------------------ unary
+
+// How a unary op's result dtype follows its input.
+enum class UnaryResult { kSame, kFloat };
+
+template <class F>
+DenseTensor map_unary(const DenseTensor& in, DType dtype, F f) {
+  const DenseTensor input = cast(in, dtype);
+  DenseTensor out = DenseTensor::empty(dtype, input.shape());
+  visit_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* x = input.data_as<T>();
+    T* y = out.data_as<T>();
+    for (int64_t i = 0; i < input.numel(); ++i) y[i] = store<T>(f(load(x[i])));
+  });
+  return out;
+}
+
+OpDef unary_def(UnaryResult result) {
+  OpDef def;
+  def.family = OpFamily::kElementwise;
+  def.infer = [result](const OpArgs&, std::span<const TensorType> in) {
+    const DType dtype = result == UnaryResult::kFloat ? float_type_for(in[0].dtype) : in[0].dtype;
+    return std::vector<TensorType>{{dtype, in[0].shape}};
+  };
+  def.sharding_rule = pointwise_rule;
+  return def;
+}
+
+template <class F>
+void add_unary(OpRegistry& registry, std::string_view schema, UnaryResult result, F f) {
+  OpDef def = unary_def(result);
+  def.kernel = [result, f](const OpArgs& args, std::span<const DenseTensor> in) {
+    const DType dtype = result == UnaryResult::kFloat ? float_type_for(in[0].dtype()) : in[0].dtype();
+    if (dtype == DType::kBool && args.schema().name() == "neg") {
+      throw Error("Negation, the `-` operator, on a bool tensor is not supported. If you are "
+                  "trying to invert a mask, use the `~` or `logical_not()` operator instead.");
+    }
+    return std::vector<DenseTensor>{map_unary(in[0], dtype, f)};
+  };
+  registry.add(schema, std::move(def));
+}
+
+float sigmoid(float x) { return 1.0f / (1.0f + exp_approx(-x)); }
+
+void register_unary_ops(OpRegistry& r) {
+  add_unary(r, "aten::abs(Tensor self) -> Tensor", UnaryResult::kSame,
+            [](auto x) { return x < 0 ? -x : x; });
+  add_unary(r, "aten::cos(Tensor self) -> Tensor", UnaryResult::kFloat,
+            [](auto x) { return std::cos(x); });
+  add_unary(r, "aten::exp(Tensor self) -> Tensor", UnaryResult::kFloat,
+            [](auto x) { return exp_approx(static_cast<float>(x)); });
+  add_unary(r, "aten::log(Tensor self) -> Tensor", UnaryResult::kFloat,
+            [](auto x) { return std::log(x); });
+  add_unary(r, "aten::neg(Tensor self) -> Tensor", UnaryResult::kSame, [](auto x) { return -x; });
+  add_unary(r, "aten::relu(Tensor self) -> Tensor", UnaryResult::kSame,
+            [](auto x) { return x > 0 ? x : decltype(x){0}; });
+  add_unary(r, "aten::rsqrt(Tensor self) -> Tensor", UnaryResult::kFloat,
+            [](auto x) { return 1.0f / std::sqrt(x); });
+  add_unary(r, "aten::sigmoid(Tensor self) -> Tensor", UnaryResult::kFloat,
+            [](auto x) { return sigmoid(static_cast<float>(x)); });
+  add_unary(r, "aten::silu(Tensor self) -> Tensor", UnaryResult::kFloat,
+            [](auto x) { return static_cast<float>(x) * sigmoid(static_cast<float>(x)); });
+  add_unary(r, "aten::sin(Tensor self) -> Tensor", UnaryResult::kFloat,
+            [](auto x) { return std::sin(x); });
+  add_unary(r, "aten::sqrt(Tensor self) -> Tensor", UnaryResult::kFloat,
+            [](auto x) { return std::sqrt(x); });
+  add_unary(r, "aten::tanh(Tensor self) -> Tensor", UnaryResult::kFloat,
+            [](auto x) { return std::tanh(x); });
+
+  OpDef gelu = unary_def(UnaryResult::kFloat);
+  gelu.kernel = [](const OpArgs& args, std::span<const DenseTensor> in) {
+    const DType dtype = float_type_for(in[0].dtype());
+    const std::string& approximate = args.get_string("approximate");
+    if (approximate == "none") {
+      return std::vector<DenseTensor>{map_unary(in[0], dtype, [](float x) {
+        return 0.5f * x * (1.0f + std::erf(x * static_cast<float>(kSqrt1_2)));
+      })};
+    }
+    if (approximate == "tanh") {
+      return std::vector<DenseTensor>{map_unary(in[0], dtype, [](float x) {
+        const float inner = static_cast<float>(kSqrt2OverPi) * (x + 0.044715f * x * x * x);
+        return 0.5f * x * (1.0f + std::tanh(inner));
+      })};
+    }
+    throw Error(fmt::format("approximate argument must be either none or tanh. (got '{}')", approximate));
+  };
+  r.add("aten::gelu(Tensor self, *, str approximate='none') -> Tensor", std::move(gelu));
+}
+
+// ----------------------------------------------------------------- binary
+
+// The result dtype of a binary op, given its compute dtype.
+enum class BinaryResult { kPromoted, kTrueDivision, kBool };
+
+// z = f(x, y) elementwise over broadcast operands, computed in `compute`
+// (the operands are cast to it); the result has dtype `out` (compute or bool).
+template <class F>
+DenseTensor map_binary(const DenseTensor& a_in, const DenseTensor& b_in, DType compute, DType out,
+                       F f) {
+  const DenseTensor a = cast(a_in, compute);
+  const DenseTensor b = cast(b_in, compute);
+  const Shape shape = broadcast_shapes(a.shape(), b.shape());
+  DenseTensor result = DenseTensor::empty(out, shape);
+  visit_dtype(compute, [&](auto tag) {
+    using T = decltype(tag);
+    const auto run = [&](auto* z) {
+      using O = std::remove_pointer_t<decltype(z)>;
+      const T* x_base = a.data_as<T>();
+      const T* y_base = b.data_as<T>();
+      const Shape* shapes[] = {&a.shape(), &b.shape()};
+      for_each_broadcast_row(shape, shapes, [&](int64_t n, const int64_t* offset, const int64_t* inner) {
+        const T* x = x_base + offset[0];
+        const T* y = y_base + offset[1];
+        // Separate loops for the stride patterns let each one vectorise.
+        if (inner[0] && inner[1]) {
+          for (int64_t i = 0; i < n; ++i) z[i] = store<O>(f(load(x[i]), load(y[i])));
+        } else if (inner[1]) {
+          const auto xv = load(x[0]);
+          for (int64_t i = 0; i < n; ++i) z[i] = store<O>(f(xv, load(y[i])));
+        } else if (inner[0]) {
+          const auto yv = load(y[0]);
+          for (int64_t i = 0; i < n; ++i) z[i] = store<O>(f(load(x[i]), yv));
+        } else {
+          const auto v = store<O>(f(load(x[0]), load(y[0])));
+          for (int64_t i = 0; i < n; ++i) z[i] = v;
+        }
+        z += n;
+      });
+    };
+    if (out == DType::kBool) {
+      run(result.data_as<bool>());
+    } else {
+      run(result.data_as<T>());
+    }
+  });
+  return result;
+}
+
+DenseTensor scalar_tensor(const Constant& value, DType dtype) {
+  DenseTensor tensor = DenseTensor::empty(dtype, {});
+  visit_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if (value.kind() == Constant::Kind::kBool) {
+      *tensor.data_as<T>() = store<T>(value.as_bool() ? 1 : 0);
+    } else if (value.kind() == Constant::Kind::kInt) {
+      *tensor.data_as<T>() = store<T>(value.as_int());
+    } else {
+      *tensor.data_as<T>() = store<T>(value.as_float());
+    }
+  });
+  return tensor;
+}
+
+struct BinaryDtypes {
+  DType compute;
+  DType out;
+};
+
+BinaryDtypes binary_dtypes(DType promoted, BinaryResult result) {
+  switch (result) {
+    case BinaryResult::kPromoted: return {promoted, promoted};
+    case BinaryResult::kTrueDivision: return {float_type_for(promoted), float_type_for(promoted)};
+    case BinaryResult::kBool: return {promoted, DType::kBool};
+  }
+  return {promoted, promoted};
+}
+
+// `make` builds the element function from the call's arguments (for alpha
+// and friends): make(args, dtypes) -> callable(x, y).
+template <class Make>
+void add_binary(OpRegistry& registry, std::string_view schema, BinaryResult result, Make make) {
+  const bool scalar_form = schema.find("Scalar other") != std::string_view::npos ||
+                           schema.find("Scalar exponent") != std::string_view::npos;
+  const auto promoted = [scalar_form](const OpArgs& args, std::span<const TensorType> in) {
+    if (!scalar_form) return result_type(in);
+    return result_type_with_scalar(in[0].dtype, args[1].constant);
+  };
+  OpDef def;
+  def.family = OpFamily::kElementwise;
+  def.infer = [=](const OpArgs& args, std::span<const TensorType> in) {
+    const Shape shape = scalar_form ? in[0].shape : broadcast_shapes(in[0].shape, in[1].shape);
+    return std::vector<TensorType>{{binary_dtypes(promoted(args, in), result).out, shape}};
+  };
+  def.sharding_rule = pointwise_rule;
+  def.kernel = [=](const OpArgs& args, std::span<const DenseTensor> in) {
+    std::vector<TensorType> types;
+    for (const DenseTensor& t : in) types.push_back({t.dtype(), t.shape()});
+    const BinaryDtypes dtypes = binary_dtypes(promoted(args, types), result);
+    const DenseTensor other =
+        scalar_form ? scalar_tensor(args[1].constant, dtypes.compute) : in[1];
+    DenseTensor out;
+    visit_dtype(dtypes.compute, [&](auto tag) {
+      using C = ComputeType<decltype(tag)>;
+      out = map_binary(in[0], other, dtypes.compute, dtypes.out, make(args, C{}));
+    });
+    return std::vector<DenseTensor>{std::move(out)};
+  };
+  registry.add(schema, std::move(def));
+}
+
+// a + alpha * b (alpha = 1 is the common case and skips the multiply).
+template <class C>
+auto add_with_alpha(const OpArgs& args, C, double sign) {
+  const double alpha = args.get_number("alpha") * sign;
+  if (!std::is_floating_point_v<C> && args.constant("alpha").kind() == Constant::Kind::kFloat) {
+    throw Error("For integral input tensors, argument alpha must not be a floating point number.");
+  }
+  return [alpha](C x, C y) -> C {
+    if (alpha == 1.0) return static_cast<C>(x + y);
+    if (alpha == -1.0) return static_cast<C>(x - y);
+    return static_cast<C>(x + static_cast<C>(alpha) * y);
+  };
+}
+
+template <class C>
+C power(C base, C exponent) {
+  if constexpr (std::is_floating_point_v<C>) {
+    return std::pow(base, exponent);
+  } else if constexpr (std::is_same_v<C, bool>) {
+    return base || !exponent;
+  } else {
+    if (exponent < 0) {
+      // PyTorch raises before computing; this keeps the kernel total.
+      return base == 1 ? 1 : (base == -1 ? (exponent % 2 == 0 ? 1 : -1) : 0);
+    }
+    C result = 1;
+    for (C e = exponent, b = base; e > 0; e >>= 1, b *= b) {
+      if (e & 1) result *= b;
+    }
+    return result;
+  }
+}
+
+void check_integer_power(const OpArgs& args) {
+  const Constant& exponent = args.constant("exponent");
+  if (exponent.kind() == Constant::Kind::kInt && exponent.as_int() < 0) {
+    throw Error("Integers to negative integer powers are not allowed.");
+  }
+}
+
+void register_binary_ops(OpRegistry& r) {
+  using R = BinaryResult;
+  const auto plain = [](auto f) { return [f](const OpArgs&, auto) { return f; }; };
+  for (const char* name : {"add", "sub"}) {
+    const double sign = std::string_view(name) == "add" ? 1.0 : -1.0;
+    const auto make = [sign](const OpArgs& args, auto c) { return add_with_alpha(args, c, sign); };
+    add_binary(r, fmt::format("aten::{}.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor", name),
+               R::kPromoted, make);
+    add_binary(r, fmt::format("aten::{}.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor", name),
+               R::kPromoted, make);
+  }
+  const auto multiply = plain([](auto x, auto y) { return x * y; });
+  add_binary(r, "aten::mul.Tensor(Tensor self, Tensor other) -> Tensor", R::kPromoted, multiply);
+  add_binary(r, "aten::mul.Scalar(Tensor self, Scalar other) -> Tensor", R::kPromoted, multiply);
+  const auto divide = plain([](auto x, auto y) { return x / y; });
+  add_binary(r, "aten::div.Tensor(Tensor self, Tensor other) -> Tensor", R::kTrueDivision, divide);
+  add_binary(r, "aten::div.Scalar(Tensor self, Scalar other) -> Tensor", R::kTrueDivision, divide);
+  add_binary(r, "aten::pow.Tensor_Tensor(Tensor self, Tensor exponent) -> Tensor", R::kPromoted,
+             plain([](auto x, auto y) { return power(x, y); }));
+  add_binary(r, "aten::pow.Tensor_Scalar(Tensor self, Scalar exponent) -> Tensor", R::kPromoted,
+             [](const OpArgs& args, auto c) {
+               using C = decltype(c);
+               if constexpr (!std::is_floating_point_v<C>) check_integer_power(args);
+               return [](C x, C y) { return power(x, y); };
+             });
+  // NaN propagates, as in torch.maximum / torch.minimum.
+  add_binary(r, "aten::maximum(Tensor self, Tensor other) -> Tensor", R::kPromoted,
+             plain([](auto x, auto y) { return (x != x || x > y) ? x : y; }));
+  add_binary(r, "aten::minimum(Tensor self, Tensor other) -> Tensor", R::kPromoted,
+             plain([](auto x, auto y) { return (x != x || x < y) ? x : y; }));
+
+  // Comparisons compute in the promoted dtype; the lambdas below take it.
+  const auto cmp = [&](const char* name, auto f) {
+    add_binary(r, fmt::format("aten::{}.Tensor(Tensor self, Tensor other) -> Tensor", name), R::kBool, plain(f));
+    add_binary(r, fmt::format("aten::{}.Scalar(Tensor self, Scalar other) -> Tensor", name), R::kBool, plain(f));
+  };
+  cmp("eq", [](auto x, auto y) { return x == y; });
+  cmp("ge", [](auto x, auto y) { return x >= y; });
+  cmp("gt", [](auto x, auto y) { return x > y; });
+  cmp("le", [](auto x, auto y) { return x <= y; });
+  cmp("lt", [](auto x, auto y) { return x < y; });
+  cmp("ne", [](auto x, auto y) { return x != y; });
+}
+
+// ------------------------------------------------------------ where, cast
+
+void register_where_and_cast(OpRegistry& r) {
+  OpDef where;
+  where.family = OpFamily::kElementwise;
+  where.infer = [](const OpArgs&, std::span<const TensorType> in) {
+    if (in[0].dtype != DType::kBool) {
+      throw Error(fmt::format("where expected condition to be a boolean tensor, but got a tensor "
+                              "with dtype {}", scalar_type_name(in[0].dtype)));
+    }
+    const Shape shape = broadcast_shapes(broadcast_shapes(in[0].shape, in[1].shape), in[2].shape);
+    return std::vector<TensorType>{{result_type(in.subspan(1)), shape}};
+  };
+  where.sharding_rule = pointwise_rule;
+  where.kernel = [infer = where.infer](const OpArgs& args, std::span<const DenseTensor> in) {
+    std::vector<TensorType> types;
+    for (const DenseTensor& t : in) types.push_back({t.dtype(), t.shape()});
+    const TensorType out_type = infer(args, types)[0];
+    const DenseTensor a = cast(in[1], out_type.dtype);
+    const DenseTensor b = cast(in[2], out_type.dtype);
+    DenseTensor out = DenseTensor::empty(out_type.dtype, out_type.shape);
+    visit_dtype(out_type.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      const Shape* shapes[] = {&in[0].shape(), &a.shape(), &b.shape()};
+      T* z = out.data_as<T>();
+      for_each_broadcast_row(out_type.shape, shapes, [&](int64_t n, const int64_t* offset, const int64_t* inner) {
+        const bool* c = in[0].data_as<bool>() + offset[0];
+        const T* x = a.data_as<T>() + offset[1];
+        const T* y = b.data_as<T>() + offset[2];
+        for (int64_t i = 0; i < n; ++i) z[i] = c[i * inner[0]] ? x[i * inner[1]] : y[i * inner[2]];
+        z += n;
+      });
+    });
+    return std::vector<DenseTensor>{std::move(out)};
+  };
+  r.add("aten::where.self(Tensor condition, Tensor self, Tensor other) -> Tensor", std::move(where));
+
+  OpDef to;
+  to.family = OpFamily::kElementwise;
+  to.infer = [](const OpArgs& args, std::span<const TensorType> in) {
+    return std::vector<TensorType>{{args.get_dtype("dtype"), in[0].shape}};
+  };
+  to.sharding_rule = pointwise_rule;
+  to.kernel = [](const OpArgs& args, std::span<const DenseTensor> in) {
+    return std::vector<DenseTensor>{cast(in[0], args.get_dtype("dtype"))};
+  };
+  r.add("aten::to.dtype(Tensor(a) self, ScalarType dtype, bool non_blocking=False, bool copy=False, "
+        "MemoryFormat? memory_format=None) -> Tensor(a)",
+        std::move(to));
+}
+
+}  // namespace
+
+void register_elementwise_ops(OpRegistry& registry) {
+  register_unary_ops(registry);
+  register_binary_ops(registry);
+  register_where_and_cast(registry);
+}
+
+}  // namespace shardflow::ops

@@ -1,0 +1,102 @@
+// Helpers shared by the op kernels (private to ops/): result dtypes, loops
+// over broadcast operands, and a vectorisable exp.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "shardflow/ir/op_def.h"
+#include "shardflow/tensor/dense_tensor.h"
+
+namespace shardflow::ops {
+
+// PyTorch's result_type for tensor operands: dimensioned tensors decide,
+// unless a 0-dim operand is of a higher category (bool < int < float).
+DType result_type(std::span<const TensorType> operands);
+// Tensor with a Python number (a Scalar argument).
+DType result_type_with_scalar(DType tensor, const Constant& scalar);
+
+// The default float dtype, for integer inputs of float-valued ops.
+inline DType float_type_for(DType dtype) { return is_floating(dtype) ? dtype : DType::kF32; }
+
+// Calls row(n, offsets, inner_strides) for every row of the broadcast
+// output: `n` consecutive output elements; `offsets[i]` is the element offset
+// of the row's first element in operand i; `inner_strides[i]` is 0 or 1.
+// Operands with the output's shape collapse into a single row.
+template <class RowFn>
+void for_each_broadcast_row(std::span<const int64_t> out_shape,
+                            std::span<const Shape* const> operand_shapes, RowFn&& row);
+
+// A cast copy of `input` (the same tensor when the dtype matches).
+DenseTensor cast(const DenseTensor& input, DType dtype);
+
+// exp(x) in float with ~1 ulp error, branch-free so loops over it vectorise.
+inline float exp_approx(float x) {
+  x = std::fmin(std::fmax(x, -104.0f), 88.7f);
+  const float n = std::nearbyint(x * 1.44269504088896341f);  // round(x / ln 2)
+  const float r = std::fma(n, -0.693359375f, x);              // x - n * ln 2, in two parts
+  const float s = std::fma(n, 2.12194440e-4f, r);
+  // exp(s) on [-ln2/2, ln2/2]: degree-6 Taylor-like polynomial.
+  float p = 1.0f / 720.0f;
+  p = std::fma(p, s, 1.0f / 120.0f);
+  p = std::fma(p, s, 1.0f / 24.0f);
+  p = std::fma(p, s, 1.0f / 6.0f);
+  p = std::fma(p, s, 0.5f);
+  p = std::fma(p, s, 1.0f);
+  p = std::fma(p, s, 1.0f);
+  // Scale by 2^n in two steps so that n < -126 reaches the subnormals.
+  const auto n_int = static_cast<int32_t>(n);
+  const int32_t half = n_int / 2;
+  const float scale_a = std::bit_cast<float>((half + 127) << 23);
+  const float scale_b = std::bit_cast<float>((n_int - half + 127) << 23);
+  return p * scale_a * scale_b;
+}
+
+// ------------------------------------------------------------ implementation
+
+template <class RowFn>
+void for_each_broadcast_row(std::span<const int64_t> out_shape,
+                            std::span<const Shape* const> operand_shapes, RowFn&& row) {
+  const std::size_t count = operand_shapes.size();
+  const int64_t total = numel(out_shape);
+  if (total == 0) return;
+  std::vector<int64_t> offsets(count, 0);
+  std::vector<int64_t> inner(count, 1);
+  bool all_same = true;
+  for (const Shape* shape : operand_shapes) {
+    all_same = all_same && std::equal(shape->begin(), shape->end(), out_shape.begin(), out_shape.end());
+  }
+  if (all_same || out_shape.empty()) {
+    for (std::size_t i = 0; i < count; ++i) inner[i] = numel(*operand_shapes[i]) == 1 ? 0 : 1;
+    row(total, offsets.data(), inner.data());
+    return;
+  }
+  const std::size_t rank = out_shape.size();
+  // Strides of each operand over the output's dims (0 where broadcast).
+  std::vector<std::vector<int64_t>> strides(count, std::vector<int64_t>(rank, 0));
+  for (std::size_t i = 0; i < count; ++i) {
+    const Shape& shape = *operand_shapes[i];
+    const std::vector<int64_t> own = row_major_strides(shape);
+    const std::size_t pad = rank - shape.size();
+    for (std::size_t d = pad; d < rank; ++d) {
+      strides[i][d] = shape[d - pad] == 1 ? 0 : own[d - pad];
+    }
+    inner[i] = strides[i][rank - 1];
+  }
+  const int64_t n = out_shape[rank - 1];
+  std::vector<int64_t> index(rank, 0);
+  for (int64_t done = 0; done < total; done += n) {
+    row(n, offsets.data(), inner.data());
+    for (std::size_t d = rank - 1; d-- > 0;) {
+      ++index[d];
+      for (std::size_t i = 0; i < count; ++i) offsets[i] += strides[i][d];
+      if (index[d] < out_shape[d]) break;
+      for (std::size_t i = 0; i < count; ++i) offsets[i] -= strides[i][d] * out_shape[d];
+      index[d] = 0;
+    }
+  }
+}
+
+}  // namespace shardflow::ops

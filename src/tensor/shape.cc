@@ -1,0 +1,51 @@
+#include "shardflow/tensor/shape.h"
+
+#include <fmt/format.h>
+
+#include "shardflow/base/error.h"
+#include "shardflow/base/text.h"
+
+namespace shardflow {
+
+int64_t numel(std::span<const int64_t> shape) {
+  int64_t count = 1;
+  for (int64_t d : shape) count *= d;
+  return count;
+}
+
+std::vector<int64_t> row_major_strides(std::span<const int64_t> shape) {
+  std::vector<int64_t> strides(shape.size(), 1);
+  for (std::size_t i = shape.size(); i-- > 1;) strides[i - 1] = strides[i] * shape[i];
+  return strides;
+}
+
+std::string shape_to_string(std::span<const int64_t> shape) {
+  return "[" + join_ints(shape, ",") + "]";
+}
+
+Shape broadcast_shapes(std::span<const int64_t> a, std::span<const int64_t> b) {
+  const std::size_t rank = std::max(a.size(), b.size());
+  Shape result(rank);
+  for (std::size_t i = 0; i < rank; ++i) {
+    // Align from the right.
+    const int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
+    const int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
+    if (da != db && da != 1 && db != 1) {
+      throw Error(fmt::format("The size of tensor a ({}) must match the size of tensor b ({}) "
+                              "at non-singleton dimension {}", da, db, i));
+    }
+    result[i] = da == 1 ? db : da;
+  }
+  return result;
+}
+
+int64_t wrap_dim(int64_t dim, int64_t rank) {
+  const int64_t extent = std::max<int64_t>(rank, 1);
+  if (dim < -extent || dim >= extent) {
+    throw Error(fmt::format("Dimension out of range (expected to be in range of [{}, {}], but "
+                            "got {})", -extent, extent - 1, dim));
+  }
+  return dim < 0 ? dim + extent : dim;
+}
+
+}  // namespace shardflow

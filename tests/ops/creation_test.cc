@@ -1,0 +1,2 @@
+// Tests for the creation ops (being written).
+#include <gtest/gtest.h>

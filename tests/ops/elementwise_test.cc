@@ -1,0 +1,229 @@
+// Elementwise ops against straightforward reference loops. To add an op, add
+// a row to the unary or binary table (rows in alphabetical order).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "op_test_util.h"
+#include "shardflow/base/error.h"
+
+namespace sf = shardflow;
+using namespace shardflow::testing_util;
+
+namespace {
+
+// Shapes pairs that broadcast, including rank 0 and size-0 dims.
+const std::vector<std::pair<sf::Shape, sf::Shape>> kBroadcastShapes = {
+    {{}, {}}, {{5}, {5}}, {{2, 3}, {2, 3}}, {{2, 3}, {3}}, {{2, 1}, {1, 4}}, {{4, 1, 3}, {1, 5, 1}},
+    {{}, {2, 2}}, {{3, 1}, {}}, {{0, 3}, {3}}, {{2, 0}, {1, 1}}, {{1, 7}, {6, 1}},
+    {{2, 3, 4, 5}, {3, 1, 5}}};
+
+// The flat index of operand element for output element `flat`, with NumPy
+// broadcasting (the reference, written independently of the kernels).
+int64_t broadcast_source(const sf::Shape& out, const sf::Shape& in, int64_t flat) {
+  int64_t source = 0, stride = 1;
+  for (std::size_t k = 0; k < out.size(); ++k) {
+    const std::size_t d = out.size() - 1 - k;
+    const int64_t index = flat % out[d];
+    flat /= out[d];
+    if (k < in.size()) {
+      const std::size_t e = in.size() - 1 - k;
+      if (in[e] != 1) source += index * stride;
+      stride *= in[e];
+    }
+  }
+  return source;
+}
+
+struct UnaryRow {
+  const char* op;
+  double (*reference)(double);
+  double lo, hi;  // input range
+};
+
+const UnaryRow kUnary[] = {
+    {"aten::abs", [](double x) { return std::abs(x); }, -3, 3},
+    {"aten::cos", [](double x) { return std::cos(x); }, -3, 3},
+    {"aten::exp", [](double x) { return std::exp(x); }, -20, 20},
+    {"aten::log", [](double x) { return std::log(x); }, 0.01, 5},
+    {"aten::neg", [](double x) { return -x; }, -3, 3},
+    {"aten::relu", [](double x) { return x > 0 ? x : 0.0; }, -3, 3},
+    {"aten::rsqrt", [](double x) { return 1 / std::sqrt(x); }, 0.01, 5},
+    {"aten::sigmoid", [](double x) { return 1 / (1 + std::exp(-x)); }, -20, 20},
+    {"aten::silu", [](double x) { return x / (1 + std::exp(-x)); }, -20, 20},
+    {"aten::sin", [](double x) { return std::sin(x); }, -3, 3},
+    {"aten::sqrt", [](double x) { return std::sqrt(x); }, 0, 5},
+    {"aten::tanh", [](double x) { return std::tanh(x); }, -5, 5},
+};
+
+sf::DenseTensor uniform(sf::Shape shape, double lo, double hi, std::mt19937& rng) {
+  std::uniform_real_distribution<double> dist(lo, hi);
+  sf::DenseTensor t = sf::DenseTensor::empty(sf::DType::kF32, std::move(shape));
+  for (int64_t i = 0; i < t.numel(); ++i) t.data_as<float>()[i] = static_cast<float>(dist(rng));
+  return t;
+}
+
+TEST(ElementwiseOps, UnaryMatchesReference) {
+  std::mt19937 rng(1);
+  for (const UnaryRow& row : kUnary) {
+    for (const sf::Shape& shape : {sf::Shape{}, sf::Shape{0}, sf::Shape{7}, sf::Shape{3, 33}}) {
+      const sf::DenseTensor x = uniform(shape, row.lo, row.hi, rng);
+      const sf::DenseTensor y = call(row.op, {x});
+      std::vector<double> expected;
+      for (double v : to_doubles(x)) expected.push_back(row.reference(v));
+      EXPECT_TRUE(all_close(to_doubles(y), expected, 2e-6, 1e-6)) << row.op;
+    }
+  }
+}
+
+TEST(ElementwiseOps, GeluBothApproximations) {
+  std::mt19937 rng(2);
+  const sf::DenseTensor x = uniform({64}, -5, 5, rng);
+  std::vector<double> exact, tanh_form;
+  for (double v : to_doubles(x)) {
+    exact.push_back(0.5 * v * (1 + std::erf(v / std::sqrt(2.0))));
+    tanh_form.push_back(0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v))));
+  }
+  EXPECT_TRUE(all_close(to_doubles(call("aten::gelu", {x})), exact, 1e-5, 1e-6));
+  EXPECT_TRUE(all_close(to_doubles(call("aten::gelu", {x, kw("approximate", "tanh")})), tanh_form, 1e-5, 1e-6));
+  EXPECT_THROW(call("aten::gelu", {x, kw("approximate", "fast")}), sf::Error);
+}
+
+TEST(ElementwiseOps, UnaryDtypes) {
+  std::mt19937 rng(3);
+  const sf::DenseTensor ints = random_tensor(sf::DType::kI32, {6}, rng);
+  EXPECT_EQ(call("aten::exp", {ints}).dtype(), sf::DType::kF32);  // int -> float
+  EXPECT_EQ(call("aten::neg", {ints}).dtype(), sf::DType::kI32);
+  EXPECT_EQ(call("aten::abs", {ints}).dtype(), sf::DType::kI32);
+  const sf::DenseTensor halfs = random_tensor(sf::DType::kBF16, {6}, rng);
+  EXPECT_EQ(call("aten::silu", {halfs}).dtype(), sf::DType::kBF16);
+  EXPECT_THROW(call("aten::neg", {random_tensor(sf::DType::kBool, {2}, rng)}), sf::Error);
+}
+
+struct BinaryRow {
+  const char* op;
+  double (*reference)(double, double);
+  bool to_bool;
+};
+
+const BinaryRow kBinary[] = {
+    {"aten::add", [](double a, double b) { return a + b; }, false},
+    {"aten::div", [](double a, double b) { return a / b; }, false},
+    {"aten::eq", [](double a, double b) { return double(a == b); }, true},
+    {"aten::ge", [](double a, double b) { return double(a >= b); }, true},
+    {"aten::gt", [](double a, double b) { return double(a > b); }, true},
+    {"aten::le", [](double a, double b) { return double(a <= b); }, true},
+    {"aten::lt", [](double a, double b) { return double(a < b); }, true},
+    {"aten::maximum", [](double a, double b) { return std::max(a, b); }, false},
+    {"aten::minimum", [](double a, double b) { return std::min(a, b); }, false},
+    {"aten::mul", [](double a, double b) { return a * b; }, false},
+    {"aten::ne", [](double a, double b) { return double(a != b); }, true},
+    {"aten::pow", [](double a, double b) { return std::pow(std::abs(a), b); }, false},
+    {"aten::sub", [](double a, double b) { return a - b; }, false},
+};
+
+TEST(ElementwiseOps, BinaryBroadcastMatchesReference) {
+  std::mt19937 rng(4);
+  for (const BinaryRow& row : kBinary) {
+    const bool is_pow = std::string(row.op) == "aten::pow";
+    for (const auto& [sa, sb] : kBroadcastShapes) {
+      // Small integers make equal values (for the comparisons) common.
+      const sf::DenseTensor a = is_pow ? uniform(sa, 0.1, 3, rng)
+                                       : call("aten::to.dtype", {random_tensor(sf::DType::kI64, sa, rng, -3, 3), sf::DType::kF32});
+      const sf::DenseTensor b = is_pow ? uniform(sb, -2, 2, rng)
+                                       : call("aten::to.dtype", {random_tensor(sf::DType::kI64, sb, rng, 1, 4), sf::DType::kF32});
+      const sf::DenseTensor out = call(row.op, {a, b});
+      const sf::Shape shape = sf::broadcast_shapes(sa, sb);
+      ASSERT_EQ(out.shape(), shape) << row.op;
+      EXPECT_EQ(out.dtype(), row.to_bool ? sf::DType::kBool : sf::DType::kF32) << row.op;
+      std::vector<double> expected;
+      for (int64_t i = 0; i < sf::numel(shape); ++i) {
+        expected.push_back(row.reference(sf::testing_util::element(a, broadcast_source(shape, sa, i)),
+                                         sf::testing_util::element(b, broadcast_source(shape, sb, i))));
+      }
+      EXPECT_TRUE(all_close(to_doubles(out), expected, 1e-6, 1e-6))
+          << row.op << " " << sf::shape_to_string(sa) << " " << sf::shape_to_string(sb);
+    }
+  }
+}
+
+TEST(ElementwiseOps, ScalarFormsAndAlpha) {
+  const sf::DenseTensor a = from_floats({1, 2, 3}, {3});
+  const sf::DenseTensor b = from_floats({10, 20, 30}, {3});
+  EXPECT_EQ(to_doubles(call("aten::add", {a, b, kw("alpha", 2)})), (std::vector<double>{21, 42, 63}));
+  EXPECT_EQ(to_doubles(call("aten::sub", {a, b, kw("alpha", 0.5)})), (std::vector<double>{-4, -8, -12}));
+  EXPECT_EQ(to_doubles(call("aten::add", {a, 1.5})), (std::vector<double>{2.5, 3.5, 4.5}));
+  EXPECT_EQ(to_doubles(call("aten::mul", {a, 2})), (std::vector<double>{2, 4, 6}));
+  EXPECT_EQ(to_doubles(call("aten::div", {a, 2})), (std::vector<double>{0.5, 1, 1.5}));
+  EXPECT_EQ(to_doubles(call("aten::pow", {a, 2})), (std::vector<double>{1, 4, 9}));
+  EXPECT_EQ(to_doubles(call("aten::lt", {a, 2})), (std::vector<double>{1, 0, 0}));
+}
+
+TEST(ElementwiseOps, TypePromotion) {
+  std::mt19937 rng(5);
+  const auto i32 = random_tensor(sf::DType::kI32, {4}, rng);
+  const auto i64 = random_tensor(sf::DType::kI64, {4}, rng);
+  const auto f16 = random_tensor(sf::DType::kF16, {4}, rng);
+  const auto bf16 = random_tensor(sf::DType::kBF16, {4}, rng);
+  const auto f32_scalar = random_tensor(sf::DType::kF32, {}, rng);
+  EXPECT_EQ(call("aten::add", {i32, i64}).dtype(), sf::DType::kI64);
+  EXPECT_EQ(call("aten::add", {f16, bf16}).dtype(), sf::DType::kF32);
+  EXPECT_EQ(call("aten::add", {f16, f32_scalar}).dtype(), sf::DType::kF16);  // 0-dim does not promote
+  EXPECT_EQ(call("aten::add", {i32, f32_scalar}).dtype(), sf::DType::kF32);  // unless of a higher kind
+  EXPECT_EQ(call("aten::add", {i32, 1.5}).dtype(), sf::DType::kF32);
+  EXPECT_EQ(call("aten::add", {i32, 2}).dtype(), sf::DType::kI32);
+  EXPECT_EQ(call("aten::div", {i32, i32}).dtype(), sf::DType::kF32);  // true division
+  EXPECT_EQ(to_doubles(call("aten::div", {from_ints({1, 3}, {2}), 2})), (std::vector<double>{0.5, 1.5}));
+  EXPECT_THROW(call("aten::add", {i32, i32, kw("alpha", 0.5)}), sf::Error);
+  EXPECT_THROW(call("aten::pow", {i64, -1}), sf::Error);
+  EXPECT_EQ(to_doubles(call("aten::pow", {from_ints({2, 3}, {2}), from_ints({10, 3}, {2})})),
+            (std::vector<double>{1024, 27}));
+}
+
+TEST(ElementwiseOps, NanPropagatesThroughMaximum) {
+  const auto a = from_floats({NAN, 1, 5}, {3});
+  const auto b = from_floats({0, NAN, 4}, {3});
+  const auto out = to_doubles(call("aten::maximum", {a, b}));
+  EXPECT_TRUE(std::isnan(out[0]));
+  EXPECT_TRUE(std::isnan(out[1]));
+  EXPECT_EQ(out[2], 5);
+}
+
+
+TEST(ElementwiseOps, WhereBroadcastsAndNeedsBool) {
+  const auto cond = from_ints({1, 0}, {2, 1}, sf::DType::kBool);
+  const auto a = from_floats({1, 2, 3}, {3});
+  const auto b = from_ints({-1}, {}, sf::DType::kI64);
+  const auto out = call("aten::where", {cond, a, b});
+  EXPECT_EQ(out.dtype(), sf::DType::kF32);
+  EXPECT_EQ(out.shape(), (sf::Shape{2, 3}));
+  EXPECT_EQ(to_doubles(out), (std::vector<double>{1, 2, 3, -1, -1, -1}));
+  EXPECT_THROW(call("aten::where", {a, a, a}), sf::Error);
+}
+
+TEST(ElementwiseOps, CastsBetweenAllDtypes) {
+  const auto x = from_floats({-1.5f, 0.0f, 2.75f, 65504.0f}, {4});
+  for (sf::DType dtype : sf::kAllDTypes) {
+    const auto y = call("aten::to.dtype", {x, dtype});
+    EXPECT_EQ(y.dtype(), dtype);
+    const auto back = to_doubles(call("aten::to.dtype", {y, sf::DType::kF32}));
+    if (dtype == sf::DType::kF32 || dtype == sf::DType::kF16) {
+      EXPECT_EQ(back, (std::vector<double>{-1.5, 0, 2.75, 65504}));
+    } else if (dtype == sf::DType::kBool) {
+      EXPECT_EQ(back, (std::vector<double>{1, 0, 1, 1}));
+    } else if (dtype == sf::DType::kBF16) {
+      EXPECT_EQ(back, (std::vector<double>{-1.5, 0, 2.75, 65536}));  // 8-bit mantissa
+    } else {
+      EXPECT_EQ(back, (std::vector<double>{-1, 0, 2, 65504}));  // truncation toward zero
+    }
+  }
+}
+
+TEST(ElementwiseOps, ShardingRuleIsPointwiseWithBroadcast) {
+  std::mt19937 rng(6);
+  const auto run = run_op("aten::add", {random_tensor(sf::DType::kF32, {8, 1}, rng),
+                                        random_tensor(sf::DType::kF32, {8, 16}, rng)});
+  EXPECT_EQ(run.rule.to_string(), "([i, k], [i, j])->([i, j]) {i=8, j=16, k=1}");
+}
+
+}  // namespace

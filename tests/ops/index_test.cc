@@ -1,0 +1,2 @@
+// Tests for the index ops (being written).
+#include <gtest/gtest.h>

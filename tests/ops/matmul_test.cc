@@ -1,0 +1,2 @@
+// Tests for the matmul ops (being written).
+#include <gtest/gtest.h>

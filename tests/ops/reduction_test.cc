@@ -1,0 +1,2 @@
+// Tests for the reduction ops (being written).
+#include <gtest/gtest.h>

@@ -1,0 +1,2 @@
+// Tests for the shape ops (being written).
+#include <gtest/gtest.h>
