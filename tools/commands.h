@@ -24,4 +24,22 @@ struct ShardingOptions {
 // strings, the sharding type, and (with a shape) each device's shard.
 int run_sharding_command(const ShardingOptions& options);
 
+struct IrOptions {
+  std::string file;
+};
+
+// `shardflow ir FILE`: parses, verifies and prints the canonical IR.
+int run_ir_command(const IrOptions& options);
+
+struct RunOptions {
+  std::string file;
+  int64_t seed = 0;
+  int64_t devices = 1;
+  std::string format = "text";
+};
+
+// `shardflow run FILE`: runs the graph on deterministic random inputs and
+// summarises each output.
+int run_run_command(const RunOptions& options);
+
 }  // namespace shardflow::cli

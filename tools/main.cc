@@ -44,11 +44,28 @@ static void add_sharding_command(CLI::App& app, cli::ShardingOptions& options) {
       ->check(CLI::IsMember({"text", "v1", "v2", "json"}));
 }
 
+static void add_ir_commands(CLI::App& app, cli::IrOptions& ir, cli::RunOptions& run) {
+  CLI::App* ir_command = app.add_subcommand(
+      "ir", "Parse, verify and print a graph in shardflow's IR text form (docs/ir.md)");
+  ir_command->add_option("file", ir.file, "IR file")->required();
+
+  CLI::App* run_command = app.add_subcommand(
+      "run", "Run a graph on deterministic random inputs and summarise its outputs");
+  run_command->add_option("file", run.file, "IR file")->required();
+  run_command->add_option("--seed", run.seed, "Seed of the random inputs");
+  run_command->add_option("--devices", run.devices, "Number of devices");
+  run_command->add_option("--format", run.format, "Output format")
+      ->check(CLI::IsMember({"text", "json"}));
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"shardflow: SPMD partitioning of tensor programs over a device mesh"};
   app.require_subcommand(1);
   cli::ShardingOptions sharding_options;
   add_sharding_command(app, sharding_options);
+  cli::IrOptions ir_options;
+  cli::RunOptions run_options;
+  add_ir_commands(app, ir_options, run_options);
 
   try {
     app.parse(argc, argv);
@@ -65,6 +82,8 @@ int main(int argc, char** argv) {
 
   try {
     if (app.got_subcommand("sharding")) return cli::run_sharding_command(sharding_options);
+    if (app.got_subcommand("ir")) return cli::run_ir_command(ir_options);
+    if (app.got_subcommand("run")) return cli::run_run_command(run_options);
   } catch (const cli::UsageError& error) {
     std::cerr << "error: " << one_line(error.what()) << "\n";
     return 2;

@@ -204,17 +204,20 @@ std::vector<std::vector<std::byte>> split_into_shards(const ShardLayout& layout,
   return buffers;
 }
 
-std::vector<std::byte> assemble_from_shards(const ShardLayout& layout,
-                                            std::span<const std::vector<std::byte>> shards,
-                                            std::size_t element_size) {
+void assemble_from_shards(const ShardLayout& layout, std::span<const std::span<const std::byte>> shards,
+                          std::size_t element_size, std::span<std::byte> global) {
   if (shards.size() != layout.shards.size()) {
     throw Error(fmt::format("expected {} shards (one per device of the layout), got {}",
                             layout.shards.size(), shards.size()));
   }
+  const auto expected = static_cast<std::size_t>(element_count(layout.global_shape)) * element_size;
+  if (global.size() != expected) {
+    throw Error(fmt::format("tensor {} of {}-byte elements needs {} bytes, got {}",
+                            python_int_tuple(layout.global_shape), element_size, expected,
+                            global.size()));
+  }
   const auto shard_bytes = static_cast<std::size_t>(layout.shard_elements()) * element_size;
   const std::vector<int64_t> zeros(layout.global_shape.size(), 0);
-  std::vector<std::byte> global(static_cast<std::size_t>(element_count(layout.global_shape)) *
-                                element_size);
   int64_t covered = 0;
   for (std::size_t i = 0; i < shards.size(); ++i) {
     if (shards[i].size() != shard_bytes) {
@@ -234,6 +237,15 @@ std::vector<std::byte> assemble_from_shards(const ShardLayout& layout,
                             covered, element_count(layout.global_shape),
                             python_int_tuple(layout.global_shape)));
   }
+}
+
+std::vector<std::byte> assemble_from_shards(const ShardLayout& layout,
+                                            std::span<const std::vector<std::byte>> shards,
+                                            std::size_t element_size) {
+  std::vector<std::span<const std::byte>> views(shards.begin(), shards.end());
+  std::vector<std::byte> global(static_cast<std::size_t>(element_count(layout.global_shape)) *
+                                element_size);
+  assemble_from_shards(layout, views, element_size, global);
   return global;
 }
 

@@ -69,5 +69,8 @@ void split_into_shards(const ShardLayout& layout, std::span<const std::byte> glo
 std::vector<std::byte> assemble_from_shards(const ShardLayout& layout,
                                             std::span<const std::vector<std::byte>> shards,
                                             std::size_t element_size);
+// The same from shard views into an existing global buffer.
+void assemble_from_shards(const ShardLayout& layout, std::span<const std::span<const std::byte>> shards,
+                          std::size_t element_size, std::span<std::byte> global);
 
 }  // namespace shardflow

@@ -1,0 +1,166 @@
+// compile(): trace a function once into a graph, then reuse it.
+//
+//   auto step = sf::compile([&](sf::Tensor x) {
+//     sf::Tensor h = sf::matmul(x, w);                       // w: captured weight
+//     h = sf::mark_sharding(h, mesh, {"data", sf::none});   // recorded as the custom op
+//     return sf::silu(h);
+//   });
+//   sf::Tensor y = step(x);          // first call: trace, then run the graph
+//   y = step(x2);                    // same types: the cached graph runs
+//   std::cout << step.graph_text();
+//
+// What a trace specialises on, and re-checks (guards) on every call: the
+// inputs' dtypes, shapes and shardings; the tensors the function captured
+// (the same tensor objects, with the same shardings); and every op the
+// function calls with its constant arguments (meshes and specs included).
+// The check runs the function on symbolic tensors and matches each op
+// against the cached graph without computing anything; a difference makes a
+// new trace. Tensors the function computes without its inputs (arange(8) for
+// device ids, say) are computed while tracing, so their values are known.
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "shardflow/ir/graph.h"
+#include "shardflow/trace/tensor.h"
+
+namespace shardflow {
+
+struct CompileStats {
+  int64_t traces = 0;          // full traces (graphs built)
+  int64_t cache_hits = 0;      // calls that reused a cached graph
+  int64_t guard_failures = 0;  // calls that no cached graph fit (then traced)
+};
+
+// The type-erased core; use compile() below.
+class CompiledFunction {
+ public:
+  using Body = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+
+  explicit CompiledFunction(Body body, std::string name = "main");
+
+  // Traces or reuses a graph for these inputs, then runs it.
+  std::vector<Tensor> call(const std::vector<Tensor>& inputs);
+  // Traces or reuses a graph without running it (inputs may be shape-only).
+  const Graph& trace(const std::vector<Tensor>& inputs);
+
+  // The graph of the most recent call; an error before the first.
+  const Graph& graph() const;
+  std::string graph_text() const;
+  void save_graph(const std::filesystem::path& path) const;
+  const CompileStats& stats() const;
+
+ private:
+  struct State;
+  std::shared_ptr<State> state_;
+};
+
+namespace detail {
+inline void append_outputs(std::vector<Tensor>& out, const Tensor& t) { out.push_back(t); }
+inline void append_outputs(std::vector<Tensor>& out, const std::vector<Tensor>& ts) {
+  out.insert(out.end(), ts.begin(), ts.end());
+}
+template <class... Ts>
+void append_outputs(std::vector<Tensor>& out, const std::tuple<Ts...>& ts) {
+  std::apply([&](const auto&... t) { (append_outputs(out, t), ...); }, ts);
+}
+template <class R>
+R rebuild_outputs(const std::vector<Tensor>& flat, std::size_t& next) {
+  if constexpr (std::is_same_v<R, Tensor>) {
+    return flat.at(next++);
+  } else if constexpr (std::is_same_v<R, std::vector<Tensor>>) {
+    R result(flat.begin() + static_cast<std::ptrdiff_t>(next), flat.end());
+    next = flat.size();
+    return result;
+  } else {
+    return std::apply([&](auto... parts) { return R{rebuild_outputs<decltype(parts)>(flat, next)...}; },
+                      R{});
+  }
+}
+}  // namespace detail
+
+// A compiled function with the signature of the traced one: Tensors in; a
+// Tensor, std::vector<Tensor> or std::tuple of Tensors out. Copies share one
+// cache.
+template <class F>
+class Compiled {
+ public:
+  Compiled(F fn, std::string name) : shared_(std::make_shared<Shared>(std::move(fn), std::move(name))) {}
+
+  template <class... Ts>
+  auto operator()(const Ts&... inputs) {
+    using R = std::invoke_result_t<F&, const Ts&...>;
+    const std::vector<Tensor> flat = core<Ts...>().call({inputs...});
+    std::size_t next = 0;
+    return detail::rebuild_outputs<R>(flat, next);
+  }
+  // Traces (or checks the cache) without running, e.g. on shape-only inputs.
+  template <class... Ts>
+  const Graph& trace(const Ts&... inputs) {
+    return core<Ts...>().trace({inputs...});
+  }
+
+  const Graph& graph() const { return checked_core().graph(); }
+  std::string graph_text() const { return checked_core().graph_text(); }
+  void save_graph(const std::filesystem::path& path) const { checked_core().save_graph(path); }
+  CompileStats stats() const { return shared_->core ? shared_->core->stats() : CompileStats{}; }
+
+ private:
+  struct Shared {
+    Shared(F f, std::string n) : fn(std::move(f)), name(std::move(n)) {}
+    F fn;
+    std::string name;
+    std::unique_ptr<CompiledFunction> core;
+  };
+
+  template <class... Ts>
+  CompiledFunction& core() {
+    if (!shared_->core) {
+      shared_->core = std::make_unique<CompiledFunction>(
+          make_body(std::index_sequence_for<Ts...>{}), shared_->name);
+    }
+    return *shared_->core;
+  }
+  template <std::size_t... I>
+  CompiledFunction::Body make_body(std::index_sequence<I...>) {
+    Shared* shared = shared_.get();
+    return [shared](const std::vector<Tensor>& in) {
+      std::vector<Tensor> out;
+      detail::append_outputs(out, std::invoke(shared->fn, in.at(I)...));
+      return out;
+    };
+  }
+  const CompiledFunction& checked_core() const {
+    if (!shared_->core) throw_not_called();
+    return *shared_->core;
+  }
+  [[noreturn]] static void throw_not_called();
+
+  std::shared_ptr<Shared> shared_;
+};
+
+[[noreturn]] void throw_compiled_not_called();
+template <class F>
+void Compiled<F>::throw_not_called() {
+  throw_compiled_not_called();
+}
+
+template <class F>
+Compiled<F> compile(F fn, std::string name = "main") {
+  return Compiled<F>(std::move(fn), std::move(name));
+}
+
+// The graph of a compiled function's most recent call.
+template <class F>
+const Graph& compiled_graph(const Compiled<F>& fn) {
+  return fn.graph();
+}
+
+}  // namespace shardflow

@@ -1,0 +1,151 @@
+// compile(): the guard cache, tracing, replaying and running.
+#include "shardflow/trace/compile.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+
+#include "shardflow/base/error.h"
+#include "shardflow/ir/text.h"
+#include "shardflow/ops/ops.h"
+#include "shardflow/trace/interpreter.h"
+#include "trace_context.h"
+
+namespace shardflow {
+
+void throw_compiled_not_called() {
+  throw Error("the compiled function has not been called yet, so it has no graph");
+}
+
+namespace {
+
+// What an input's sharding guard compares: the V1 string ("" when none).
+std::string sharding_key(const TensorImpl& impl) {
+  return impl.sharding ? impl.sharding->to_hlo_v1().to_string() : std::string();
+}
+
+struct CacheEntry {
+  TraceRecord record;
+  std::vector<TensorType> input_types;
+  std::vector<std::string> input_shardings;
+  std::vector<std::string> captured_shardings;
+};
+
+}  // namespace
+
+struct CompiledFunction::State {
+  Body body;
+  std::string name;
+  std::vector<std::unique_ptr<CacheEntry>> entries;  // most recently used first
+  const CacheEntry* last = nullptr;
+  CompileStats stats;
+
+  static constexpr std::size_t kMaxEntries = 8;
+
+  // Runs the body on symbolic inputs against `record` (replaying or
+  // recording); returns the captured tensors.
+  std::vector<std::shared_ptr<TensorImpl>> run_body(TraceRecord& record, bool replay,
+                                                    const std::vector<TensorType>& types) {
+    TraceContext trace(record, replay);
+    std::vector<Tensor> symbolic;
+    for (std::size_t i = 0; i < types.size(); ++i) symbolic.push_back(trace.make_input(types[i], i));
+    const std::vector<Tensor> outputs = body(symbolic);
+    trace.finish(outputs);
+    return trace.captured();
+  }
+
+  // The cache entry for these inputs (tracing a new one if needed) and the
+  // captured tensors of this call.
+  std::pair<const CacheEntry*, std::vector<std::shared_ptr<TensorImpl>>> lookup(
+      const std::vector<Tensor>& inputs) {
+    ops::register_all_ops();
+    std::vector<TensorType> types;
+    std::vector<std::string> shardings;
+    for (const Tensor& input : inputs) {
+      if (!input.defined()) throw Error("compile(): an input tensor is undefined");
+      types.push_back(input.type());
+      shardings.push_back(sharding_key(*input.impl()));
+    }
+    for (std::size_t e = 0; e < entries.size(); ++e) {
+      CacheEntry& entry = *entries[e];
+      if (entry.input_types != types || entry.input_shardings != shardings) continue;
+      std::vector<std::shared_ptr<TensorImpl>> captured;
+      try {
+        captured = run_body(entry.record, /*replay=*/true, types);
+      } catch (const ReplayMismatch&) {
+        continue;
+      }
+      bool same_shardings = true;
+      for (std::size_t c = 0; c < captured.size(); ++c) {
+        same_shardings = same_shardings && sharding_key(*captured[c]) == entry.captured_shardings[c];
+      }
+      if (!same_shardings) continue;
+      ++stats.cache_hits;
+      std::rotate(entries.begin(), entries.begin() + static_cast<std::ptrdiff_t>(e),
+                  entries.begin() + static_cast<std::ptrdiff_t>(e) + 1);
+      last = entries.front().get();
+      return {last, std::move(captured)};
+    }
+    if (!entries.empty()) ++stats.guard_failures;
+    auto entry = std::make_unique<CacheEntry>();
+    entry->record.graph = Graph(name);
+    entry->record.num_explicit_inputs = inputs.size();
+    entry->input_types = types;
+    entry->input_shardings = shardings;
+    std::vector<std::shared_ptr<TensorImpl>> captured = run_body(entry->record, /*replay=*/false, types);
+    verify_graph(entry->record.graph);
+    for (const auto& tensor : captured) entry->captured_shardings.push_back(sharding_key(*tensor));
+    ++stats.traces;
+    entries.insert(entries.begin(), std::move(entry));
+    if (entries.size() > kMaxEntries) entries.pop_back();
+    last = entries.front().get();
+    return {last, std::move(captured)};
+  }
+};
+
+CompiledFunction::CompiledFunction(Body body, std::string name) : state_(std::make_shared<State>()) {
+  state_->body = std::move(body);
+  state_->name = std::move(name);
+}
+
+std::vector<Tensor> CompiledFunction::call(const std::vector<Tensor>& inputs) {
+  auto [entry, captured] = state_->lookup(inputs);
+  std::vector<DenseTensor> values;
+  const auto value_of = [&](const Tensor& tensor, const Value& input) {
+    if (tensor.is_meta()) {
+      throw Error(fmt::format("compile(): input %{} is shape-only (meta), so the graph cannot run; "
+                              "use trace() to trace without running", input.name()));
+    }
+    return tensor.value();
+  };
+  for (std::size_t i = 0; i < inputs.size(); ++i) values.push_back(value_of(inputs[i], *entry->record.graph.inputs()[i]));
+  for (std::size_t c = 0; c < captured.size(); ++c) {
+    const CapturedTensor& kept = entry->record.captured[c];
+    values.push_back(kept.by_value ? *kept.by_value
+                                   : value_of(Tensor(captured[c]), *entry->record.graph.inputs()[inputs.size() + c]));
+  }
+  std::vector<Tensor> outputs;
+  for (DenseTensor& value : run_graph(entry->record.graph, values)) outputs.emplace_back(std::move(value));
+  return outputs;
+}
+
+const Graph& CompiledFunction::trace(const std::vector<Tensor>& inputs) {
+  return state_->lookup(inputs).first->record.graph;
+}
+
+const Graph& CompiledFunction::graph() const {
+  if (state_->last == nullptr) throw_compiled_not_called();
+  return state_->last->record.graph;
+}
+
+std::string CompiledFunction::graph_text() const { return print_graph(graph()); }
+
+void CompiledFunction::save_graph(const std::filesystem::path& path) const {
+  std::ofstream file(path);
+  file << graph_text();
+  if (!file) throw Error(fmt::format("cannot write the graph to {}", path.string()));
+}
+
+const CompileStats& CompiledFunction::stats() const { return state_->stats; }
+
+}  // namespace shardflow

@@ -1,0 +1,99 @@
+// Every op call from the user API goes through here: bind the arguments to
+// the schema, then run the kernel now (eager, or a trace-time constant) or
+// record a node (tracing).
+#include <fmt/format.h>
+
+#include "shardflow/base/error.h"
+#include "shardflow/ir/binding.h"
+#include "shardflow/ir/text.h"
+#include "shardflow/ops/ops.h"
+#include "shardflow/trace/call.h"
+#include "trace_context.h"
+
+namespace shardflow {
+
+// How a traced tensor was computed, for errors about missing values.
+std::string traced_origin(const TensorImpl& impl) {
+  const Value* value = impl.traced_value;
+  if (value == nullptr) return "";
+  if (value->producer() == nullptr) return "%" + value->name() + " (an input of the compiled function)";
+  return print_node(*value->producer());
+}
+
+namespace ops {
+
+std::vector<Tensor> call_multi(std::string_view name, std::vector<Arg> args) {
+  register_all_ops();
+  TraceContext* trace = TraceContext::current();
+  std::vector<std::shared_ptr<TensorImpl>> tensors;
+  std::vector<TensorType> types;
+  std::vector<CallArg> call_args;
+  const auto add_tensor = [&](const Tensor& tensor) {
+    if (!tensor.defined()) throw Error(fmt::format("{}: an argument is an undefined tensor", name));
+    tensors.push_back(tensor.impl());
+    types.push_back(tensor.type());
+    return static_cast<int>(tensors.size() - 1);
+  };
+  for (const Arg& arg : args) {
+    if (const auto* constant = std::get_if<Constant>(&arg.value)) {
+      call_args.push_back(CallArg::constant_arg(*constant, arg.keyword));
+    } else if (const auto* tensor = std::get_if<Tensor>(&arg.value)) {
+      CallArg call_arg = CallArg::tensor_arg(add_tensor(*tensor), arg.keyword);
+      const TensorImpl& impl = *tensor->impl();
+      const bool traced = trace != nullptr && trace->must_record(std::span(&tensor->impl(), 1));
+      if (traced) {
+        call_arg.traced_origin = impl.traced_value ? traced_origin(impl) : "a tensor captured from outside the compiled function";
+      } else if (impl.is_concrete() && !is_floating(impl.type.dtype) && impl.type.rank() <= 1 &&
+                 impl.type.shape.size() <= 1 && numel(impl.type.shape) <= 64) {
+        call_arg.known_int_values = tensor->to_ints();  // an int list given as a small tensor
+      }
+      call_args.push_back(std::move(call_arg));
+    } else {
+      std::vector<int> indices;
+      for (const Tensor& element : std::get<std::vector<Tensor>>(arg.value)) indices.push_back(add_tensor(element));
+      call_args.push_back(CallArg::tensor_list_arg(std::move(indices), arg.keyword));
+    }
+  }
+  auto [op, bound] = resolve_call(name, call_args, types);
+  std::vector<TensorType> output_types = op->infer(bound, types);
+  if (trace != nullptr && trace->must_record(tensors)) {
+    return trace->record(*op, bound, tensors, std::move(output_types));
+  }
+  const uint64_t trace_id = trace != nullptr ? trace->id() : 0;
+  std::vector<Tensor> outputs;
+  const bool any_meta = std::any_of(tensors.begin(), tensors.end(), [](const auto& t) { return t->meta; });
+  if (any_meta) {
+    for (TensorType& type : output_types) {
+      auto impl = std::make_shared<TensorImpl>();
+      impl->type = std::move(type);
+      impl->meta = true;
+      impl->trace_id = trace_id;
+      outputs.emplace_back(std::move(impl));
+    }
+    return outputs;
+  }
+  std::vector<DenseTensor> values;
+  for (const auto& tensor : tensors) values.push_back(gather_value(*tensor));
+  std::vector<DenseTensor> results = op->kernel(bound, values);
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    auto impl = make_concrete_impl(std::move(results[i]));
+    if (trace != nullptr) {
+      // A trace-time constant: remember how to compute it in the graph.
+      impl->recipe = ConstantRecipe{op, bound.all(), tensors, static_cast<int>(i)};
+    }
+    impl->trace_id = trace_id;
+    outputs.emplace_back(std::move(impl));
+  }
+  return outputs;
+}
+
+Tensor call(std::string_view name, std::vector<Arg> args) {
+  std::vector<Tensor> outputs = call_multi(name, std::move(args));
+  if (outputs.size() != 1) {
+    throw Error(fmt::format("{} returns {} tensors; use ops::call_multi", name, outputs.size()));
+  }
+  return std::move(outputs[0]);
+}
+
+}  // namespace ops
+}  // namespace shardflow
