@@ -32,13 +32,17 @@ void for_each_broadcast_row(std::span<const int64_t> out_shape,
 // A cast copy of `input` (the same tensor when the dtype matches).
 DenseTensor cast(const DenseTensor& input, DType dtype);
 
-// exp(x) in float with ~1 ulp error, branch-free so loops over it vectorise.
+// exp(x) in float with ~1 ulp error, written without library calls or
+// branches so that loops over it vectorise.
 inline float exp_approx(float x) {
-  x = std::fmin(std::fmax(x, -104.0f), 88.7f);
-  const float n = std::nearbyint(x * 1.44269504088896341f);  // round(x / ln 2)
-  const float r = std::fma(n, -0.693359375f, x);              // x - n * ln 2, in two parts
+  x = x < -104.0f ? -104.0f : x;
+  x = x > 88.7f ? 88.7f : x;
+  // n = round(x / ln 2): adding 1.5 * 2^23 rounds to an integer (|v| < 2^22).
+  constexpr float kRound = 12582912.0f;
+  const float n = (x * 1.44269504088896341f + kRound) - kRound;
+  const float r = std::fma(n, -0.693359375f, x);  // x - n * ln 2, in two parts
   const float s = std::fma(n, 2.12194440e-4f, r);
-  // exp(s) on [-ln2/2, ln2/2]: degree-6 Taylor-like polynomial.
+  // exp(s) on [-ln2/2, ln2/2]: degree-6 Taylor polynomial.
   float p = 1.0f / 720.0f;
   p = std::fma(p, s, 1.0f / 120.0f);
   p = std::fma(p, s, 1.0f / 24.0f);
@@ -48,7 +52,7 @@ inline float exp_approx(float x) {
   p = std::fma(p, s, 1.0f);
   // Scale by 2^n in two steps so that n < -126 reaches the subnormals.
   const auto n_int = static_cast<int32_t>(n);
-  const int32_t half = n_int / 2;
+  const int32_t half = n_int >> 1;
   const float scale_a = std::bit_cast<float>((half + 127) << 23);
   const float scale_b = std::bit_cast<float>((n_int - half + 127) << 23);
   return p * scale_a * scale_b;

@@ -4,18 +4,75 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
 
 #include "shardflow/base/error.h"
 
 namespace shardflow {
 
-static std::shared_ptr<std::byte> allocate(std::size_t bytes) {
-  constexpr std::size_t kAlignment = 64;
+namespace {
+
+// Large tensor buffers are kept for reuse when freed. Freshly mapped memory
+// costs a page fault per 4 KiB on first touch, which for the large
+// intermediates of eager ops and graph runs costs more than the op itself;
+// buffers of the same size recur from one step to the next.
+class BufferPool {
+ public:
+  static constexpr std::size_t kAlignment = 64;
+  static constexpr std::size_t kPooledMin = std::size_t{1} << 20;  // smaller: plain malloc
+  static constexpr std::size_t kMaxCached = std::size_t{1} << 30;  // bytes kept at most
+
+  static BufferPool& instance() {
+    static BufferPool* pool = new BufferPool();  // never destroyed: buffers may outlive main
+    return *pool;
+  }
+
+  void* take(std::size_t bytes) {
+    if (bytes >= kPooledMin) {
+      std::lock_guard lock(mutex_);
+      auto found = free_.find(bytes);
+      if (found != free_.end() && !found->second.empty()) {
+        void* memory = found->second.back();
+        found->second.pop_back();
+        cached_ -= bytes;
+        return memory;
+      }
+    }
+    void* memory = std::aligned_alloc(kAlignment, bytes);
+    if (memory == nullptr) throw Error(fmt::format("out of memory allocating {} bytes", bytes));
+    return memory;
+  }
+
+  void give(void* memory, std::size_t bytes) {
+    if (bytes >= kPooledMin) {
+      std::lock_guard lock(mutex_);
+      if (cached_ + bytes <= kMaxCached) {
+        free_[bytes].push_back(memory);
+        cached_ += bytes;
+        return;
+      }
+    }
+    std::free(memory);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<std::size_t, std::vector<void*>> free_;
+  std::size_t cached_ = 0;
+};
+
+std::shared_ptr<std::byte> allocate(std::size_t bytes) {
+  constexpr std::size_t kAlignment = BufferPool::kAlignment;
   const std::size_t rounded = std::max<std::size_t>((bytes + kAlignment - 1) / kAlignment, 1) * kAlignment;
-  void* memory = std::aligned_alloc(kAlignment, rounded);
-  if (memory == nullptr) throw Error(fmt::format("out of memory allocating {} bytes", bytes));
-  return std::shared_ptr<std::byte>(static_cast<std::byte*>(memory), [](std::byte* p) { std::free(p); });
+  void* memory = BufferPool::instance().take(rounded);
+  return std::shared_ptr<std::byte>(static_cast<std::byte*>(memory), [rounded](std::byte* p) {
+    BufferPool::instance().give(p, rounded);
+  });
 }
+
+}  // namespace
 
 DenseTensor DenseTensor::empty(DType dtype, Shape shape) {
   for (int64_t d : shape) {

@@ -1,42 +1,17 @@
 // The `shardflow sharding` contract that scripts rely on: output formats,
 // exit statuses (0 ok, 1 invalid input, 2 usage) and one-line errors.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <array>
-#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "cli_runner.h"
+
 namespace {
 
-struct Result {
-  int status = -1;
-  std::string out;
-  std::string err;
-};
-
-// Runs the CLI with `args` (shell syntax), capturing stdout and stderr.
-Result run(const std::string& args) {
-  // CTest runs tests in parallel: one stderr file per process.
-  const std::string err_file =
-      testing::TempDir() + "shardflow_cli_stderr_" + std::to_string(getpid()) + ".txt";
-  const std::string command = std::string(SHARDFLOW_CLI) + " " + args + " 2>" + err_file;
-  Result result;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return result;
-  std::array<char, 4096> buffer{};
-  while (std::size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) result.out.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  result.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  if (FILE* err = fopen(err_file.c_str(), "r")) {
-    while (std::size_t n = fread(buffer.data(), 1, buffer.size(), err)) result.err.append(buffer.data(), n);
-    fclose(err);
-  }
-  return result;
-}
+using Result = CliResult;
+Result run(const std::string& args) { return run_cli(args); }
 
 TEST(ShardingCli, V1AndV2AreOneLineEach) {
   Result v1 = run("sharding --mesh-shape 2,4 --spec '(None, 1)' --format v1");

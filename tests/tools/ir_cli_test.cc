@@ -1,0 +1,75 @@
+// `shardflow ir` and `shardflow run`: exit statuses, canonical printing, and
+// the run summary contract (JSON: outputs with shape, dtype, sum, values_head).
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "cli_runner.h"
+
+namespace {
+
+std::string write(const std::string& name, const std::string& text) {
+  const std::string path = testing::TempDir() + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+const char* kModel = R"IR(func @model(%tokens: i64[2,3], %table: f32[10,4], %w: f32[4,4]) -> (f32[2,3,4], f32[2,3]) {
+  %e = aten::embedding(%table, %tokens) : f32[2,3,4]
+  %h = aten::matmul(%e, %w) : f32[2,3,4]
+  %a = aten::gelu(%h, approximate="tanh") : f32[2,3,4]
+  %s = aten::sum.dim_IntList(%a, [-1]) : f32[2,3]
+  return %a, %s
+}
+)IR";
+
+TEST(IrCli, PrintsCanonicalIr) {
+  const std::string path = write("model.ir", kModel);
+  const CliResult r = run_cli("ir " + path);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, kModel);
+  // Non-canonical input (default written out, overload left out) prints canonical.
+  const std::string loose = write("loose.ir",
+      "func @f(%x: f32[2]) -> (f32[2]) {\n  %y = aten::add(%x, %x, alpha=1)   : f32[2]\n  return %y\n}\n");
+  EXPECT_EQ(run_cli("ir " + loose).out,
+            "func @f(%x: f32[2]) -> (f32[2]) {\n  %y = aten::add.Tensor(%x, %x) : f32[2]\n  return %y\n}\n");
+}
+
+TEST(IrCli, BadIrIsOneErrorLineWithStatus1) {
+  const std::string path = write("bad.ir", "func @f(%x: f32[2]) -> (f32[2]) {\n  %y = aten::exp(%z) : f32[2]\n  return %y\n}\n");
+  const CliResult r = run_cli("ir " + path);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err, "error: invalid IR at line 2, column 18: value %z is not defined before this use\n");
+  EXPECT_EQ(run_cli("ir /nonexistent/file.ir").status, 1);
+  EXPECT_EQ(run_cli("ir").status, 2);  // usage
+}
+
+TEST(IrCli, RunSummarisesEachOutputDeterministically) {
+  const std::string path = write("run.ir", kModel);
+  const CliResult r = run_cli("run " + path + " --seed 7 --format json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["outputs"].size(), 2u);
+  EXPECT_EQ(j["outputs"][0]["shape"], nlohmann::json::parse("[2, 3, 4]"));
+  EXPECT_EQ(j["outputs"][0]["dtype"], "f32");
+  EXPECT_EQ(j["outputs"][0]["values_head"].size(), 8u);
+  EXPECT_EQ(j["outputs"][1]["values_head"].size(), 6u);
+  // The second output is the row sum of the first.
+  double sum0 = j["outputs"][0]["sum"], sum1 = j["outputs"][1]["sum"];
+  EXPECT_NEAR(sum0, sum1, 1e-3 * (1 + std::abs(sum0)));
+  EXPECT_EQ(run_cli("run " + path + " --seed 7 --format json").out, r.out);  // same seed, same result
+  EXPECT_NE(run_cli("run " + path + " --seed 8 --format json").out, r.out);
+  const CliResult text = run_cli("run " + path);
+  EXPECT_EQ(text.status, 0);
+  EXPECT_NE(text.out.find("output 1 (%s): f32[2,3]"), std::string::npos) << text.out;
+}
+
+TEST(IrCli, RunRejectsMoreDevicesForNow) {
+  const std::string path = write("devices.ir", kModel);
+  const CliResult r = run_cli("run " + path + " --devices 2");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("--devices 2"), std::string::npos) << r.err;
+}
+
+}  // namespace
