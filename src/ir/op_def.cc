@@ -80,12 +80,13 @@ const OpDef* OpRegistry::find(std::string_view full_name) const {
 
 std::vector<const OpDef*> OpRegistry::overloads(std::string_view name) const {
   std::vector<const OpDef*> result;
-  if (const OpDef* exact = find(name)) {
-    result.push_back(exact);
-    return result;
-  }
+  // "aten::squeeze" names every overload (squeeze, squeeze.dim), as in
+  // PyTorch; "aten::squeeze.dim" names one.
   for (const auto& op : ops_) {
     if (op->schema.qualified_name() == name) result.push_back(op.get());
+  }
+  if (result.empty()) {
+    if (const OpDef* exact = find(name)) result.push_back(exact);
   }
   return result;
 }

@@ -20,6 +20,25 @@ std::string traced_origin(const TensorImpl& impl) {
   return print_node(*value->producer());
 }
 
+// Keeps only the tensors the bound arguments refer to, renumbering them.
+static OpArgs drop_unused_tensors(const OpArgs& bound, std::vector<std::shared_ptr<TensorImpl>>& tensors,
+                                  std::vector<TensorType>& types) {
+  std::vector<BoundArg> args = bound.all();
+  std::vector<std::shared_ptr<TensorImpl>> kept;
+  std::vector<TensorType> kept_types;
+  for (BoundArg& arg : args) {
+    for (int& index : arg.tensors) {
+      kept.push_back(tensors[static_cast<std::size_t>(index)]);
+      kept_types.push_back(types[static_cast<std::size_t>(index)]);
+      index = static_cast<int>(kept.size() - 1);
+    }
+  }
+  if (kept.size() == tensors.size()) return bound;
+  tensors = std::move(kept);
+  types = std::move(kept_types);
+  return OpArgs(bound.schema(), std::move(args));
+}
+
 namespace ops {
 
 std::vector<Tensor> call_multi(std::string_view name, std::vector<Arg> args) {
@@ -54,7 +73,9 @@ std::vector<Tensor> call_multi(std::string_view name, std::vector<Arg> args) {
       call_args.push_back(CallArg::tensor_list_arg(std::move(indices), arg.keyword));
     }
   }
-  auto [op, bound] = resolve_call(name, call_args, types);
+  auto [op, bound_args] = resolve_call(name, call_args, types);
+  // A small int tensor bound as an int[] constant is no longer an operand.
+  OpArgs bound = drop_unused_tensors(bound_args, tensors, types);
   std::vector<TensorType> output_types = op->infer(bound, types);
   if (trace != nullptr && trace->must_record(tensors)) {
     return trace->record(*op, bound, tensors, std::move(output_types));

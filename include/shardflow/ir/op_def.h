@@ -90,7 +90,8 @@ class OpRegistry {
   // with the same full name is an error.
   void add(std::string_view schema_text, OpDef def);
   const OpDef* find(std::string_view full_name) const;
-  // All overloads of "aten::add" (or the one op when `name` has an overload).
+  // All overloads of "aten::add" (or the one op when `name` has an overload),
+  // in registration order.
   std::vector<const OpDef*> overloads(std::string_view name) const;
   std::vector<const OpDef*> all() const;
 

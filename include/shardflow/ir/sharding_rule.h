@@ -7,8 +7,10 @@
 //   pass-through      no communication (batch dims, elementwise dims);
 //   reduction         contracted or reduced: the result is an unreduced partial
 //                     (sum or max) until reduced by a collective;
-//   need-replication  must be gathered first (the softmax dim, sort dims);
-//   permutation       moves data between shards (slice offsets, cat dims).
+//   need-replication  must be gathered first (the softmax dim, the sliced dim
+//                     of a slice, the cat dim);
+//   permutation       moves data between neighbouring shards (halo
+//                     exchanges); no op uses it yet.
 // A matmul f32[8,32] x f32[32,16] prints as
 //   ([i, k], [k, j])->([i, j]) {i=8, j=16, k=32} reduction={k}
 // Propagation and partitioning read only these rules, never op kinds.
