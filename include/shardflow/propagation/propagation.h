@@ -1,0 +1,80 @@
+// Sharding propagation: a sharding for every value of a graph.
+//
+// Input: a graph whose xla::dynamo_mark_sharding nodes and (optionally) inputs
+// carry shardings. Output: an axis-based sharding for every value, and for
+// every sharded dim the origin of its axes (which annotation, through which
+// ops), used to explain collectives.
+//
+// The algorithm is generic over the ops' factor rules (as in Shardy): project
+// the shardings of an op's operands and results onto its factors, agree per
+// factor on a list of mesh axes, project back onto the tensors that can take
+// more axes. Forward and backward sweeps repeat until nothing changes, first
+// over pass-through ops (elementwise, movement, annotations) only, then over
+// all ops. It is monotone: a dim only ever gains axes at its minor end;
+// annotated values and input shardings are never changed; uneven shardings are
+// kept as they are (the partitioner pads them), never turned into
+// replication.
+//
+// Example: for %2 = aten::matmul(%0, %1) with %1 annotated (None, 'model'),
+// the result gets [{},{model}] (origin: the annotation at %1, through %2).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "shardflow/ir/graph.h"
+#include "shardflow/sharding/sharding.h"
+
+namespace shardflow {
+
+// Where a dim's axes came from.
+struct ShardingOrigin {
+  const Value* source = nullptr;     // an annotation's result or a graph input
+  std::vector<const Node*> through;  // the ops the sharding flowed through, in order
+
+  // "the annotation at %3", "the sharding of input %w", "... through %5 aten::transpose.int"
+  std::string describe() const;
+};
+
+class PropagationResult {
+ public:
+  PropagationResult(std::shared_ptr<const Mesh> mesh) : mesh_(std::move(mesh)) {}
+
+  // The mesh every sharding of the graph is on (the annotations' mesh; a
+  // one-device mesh when the graph has no annotation).
+  const std::shared_ptr<const Mesh>& mesh() const { return mesh_; }
+  const Sharding& sharding(const Value* value) const;
+  // The origin of the axes of `dim` of `value` (source null: no sharding).
+  const ShardingOrigin& origin(const Value* value, int dim) const;
+  // Whether the value's sharding was fixed by the user (annotation or input).
+  bool is_annotated(const Value* value) const;
+
+  // Filled by propagate_shardings.
+  struct Entry {
+    Sharding sharding;
+    std::vector<ShardingOrigin> dim_origins;
+    bool annotated = false;
+  };
+  std::unordered_map<const Value*, Entry>& entries() { return entries_; }
+  const std::unordered_map<const Value*, Entry>& entries() const { return entries_; }
+
+ private:
+  std::shared_ptr<const Mesh> mesh_;
+  std::unordered_map<const Value*, Entry> entries_;
+};
+
+// `input_shardings[i]` is the sharding of graph input i (e.g. a captured
+// weight laid out by an eager mark_sharding); nullopt or shorter: open.
+// Errors: annotations on different meshes; an input sharding on another mesh.
+PropagationResult propagate_shardings(const Graph& graph,
+                                      std::span<const std::optional<Sharding>> input_shardings = {});
+
+// The graph text with each value's sharding as a comment: readable form and
+// XLA V1 string ("# [{data},{}] {devices=[2,1,4]0,1,... last_tile_dim_replicate}").
+std::string print_with_shardings(const Graph& graph, const PropagationResult& result);
+
+}  // namespace shardflow

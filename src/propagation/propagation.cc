@@ -1,0 +1,325 @@
+// Sharding propagation over the ops' factor rules (see propagation.h).
+#include "shardflow/propagation/propagation.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "shardflow/base/error.h"
+#include "shardflow/ir/text.h"
+#include "shardflow/ops/mark_sharding.h"
+
+namespace shardflow {
+
+std::string ShardingOrigin::describe() const {
+  if (source == nullptr) return "no annotation";
+  std::string out = source->producer() != nullptr
+                        ? fmt::format("the annotation at %{}", source->name())
+                        : fmt::format("the sharding of input %{}", source->name());
+  if (!through.empty()) {
+    out += " through";
+    for (std::size_t i = 0; i < through.size(); ++i) {
+      const Node* node = through[i];
+      out += fmt::format("{} %{} {}", i > 0 ? "," : "", node->outputs().empty() ? "?" : node->output()->name(),
+                         node->op().full_name());
+    }
+  }
+  return out;
+}
+
+const Sharding& PropagationResult::sharding(const Value* value) const {
+  const auto found = entries_.find(value);
+  if (found == entries_.end()) throw Error(fmt::format("no sharding was propagated to %{}", value->name()));
+  return found->second.sharding;
+}
+
+const ShardingOrigin& PropagationResult::origin(const Value* value, int dim) const {
+  static const ShardingOrigin kNone;
+  const auto found = entries_.find(value);
+  if (found == entries_.end() || dim < 0 ||
+      static_cast<std::size_t>(dim) >= found->second.dim_origins.size()) {
+    return kNone;
+  }
+  return found->second.dim_origins[static_cast<std::size_t>(dim)];
+}
+
+bool PropagationResult::is_annotated(const Value* value) const {
+  const auto found = entries_.find(value);
+  return found != entries_.end() && found->second.annotated;
+}
+
+namespace {
+
+struct ValueState {
+  std::vector<std::vector<int>> dims;
+  std::vector<ShardingOrigin> origins;
+  bool closed = false;
+  int64_t bytes = 0;
+};
+
+// One factor's axes as a tensor sees them.
+struct Candidate {
+  std::vector<int> axes;
+  const ValueState* tensor = nullptr;
+  int dim = 0;
+};
+
+class Propagator {
+ public:
+  Propagator(const Graph& graph, const Mesh& mesh) : graph_(graph), mesh_(mesh) {}
+
+  std::unordered_map<const Value*, ValueState>& states() { return states_; }
+
+  void run() {
+    for (const auto& node : graph_.nodes()) {
+      std::vector<TensorType> in, out;
+      for (const Value* v : node->inputs()) in.push_back(v->type());
+      for (const Value* v : node->outputs()) out.push_back(v->type());
+      rules_.push_back(node->op().sharding_rule(node->op_args(), in, out));
+    }
+    for (int stage = 0; stage < 2; ++stage) {
+      for (int round = 0; round < 64; ++round) {
+        bool changed = false;
+        for (std::size_t n = 0; n < graph_.nodes().size(); ++n) changed |= visit(n, stage);
+        for (std::size_t n = graph_.nodes().size(); n-- > 0;) changed |= visit(n, stage);
+        if (!changed) break;
+      }
+    }
+  }
+
+ private:
+  static bool pass_through_family(OpFamily family) {
+    return family == OpFamily::kElementwise || family == OpFamily::kMovement ||
+           family == OpFamily::kAnnotation;
+  }
+
+  int64_t axes_size(const std::vector<int>& axes) const {
+    int64_t size = 1;
+    for (int axis : axes) size *= mesh_.axis_size(axis);
+    return size;
+  }
+
+  // Splits a dim's axes over its factors, major first. A factor that is not
+  // the dim's last must be split exactly (its axes' product divides its size,
+  // and it is whole before the next factor takes axes); the last factor may be
+  // split unevenly.
+  std::vector<std::pair<int, std::vector<int>>> project_dim(const std::vector<int>& axes,
+                                                            const std::vector<int>& factors,
+                                                            const OpShardingRule& rule) const {
+    std::vector<std::pair<int, std::vector<int>>> result;
+    std::size_t next = 0;
+    for (std::size_t i = 0; i < factors.size(); ++i) {
+      const int factor = factors[i];
+      const int64_t size = rule.factors[static_cast<std::size_t>(factor)].size;
+      const bool last = i + 1 == factors.size();
+      std::vector<int> taken;
+      int64_t product = 1;
+      while (next < axes.size()) {
+        const int64_t with = product * mesh_.axis_size(axes[next]);
+        if (!last && size % with != 0) break;
+        taken.push_back(axes[next++]);
+        product = with;
+      }
+      result.emplace_back(factor, std::move(taken));
+      if (!last && product != size) break;  // not whole: later factors take nothing
+    }
+    return result;
+  }
+
+  // Propagates across one node; returns whether any value changed.
+  bool visit(std::size_t index, int stage) {
+    const Node& node = *graph_.nodes()[index];
+    if (stage == 0 && !pass_through_family(node.op().family)) return false;
+    const OpShardingRule& rule = rules_[index];
+    std::vector<const Value*> tensors;
+    std::vector<const DimFactors*> mappings;
+    for (const Value* v : node.inputs()) tensors.push_back(v);
+    for (const DimFactors& m : rule.operands) mappings.push_back(&m);
+    for (const Value* v : node.outputs()) tensors.push_back(v);
+    for (const DimFactors& m : rule.results) mappings.push_back(&m);
+    if (mappings.size() != tensors.size()) return false;  // a rule that does not fit: nothing to learn
+
+    // 1. What each tensor says about each factor.
+    std::vector<std::vector<Candidate>> candidates(rule.factors.size());
+    for (std::size_t t = 0; t < tensors.size(); ++t) {
+      const ValueState& state = states_.at(tensors[t]);
+      for (std::size_t d = 0; d < mappings[t]->size(); ++d) {
+        for (auto& [factor, axes] : project_dim(state.dims[d], (*mappings[t])[d], rule)) {
+          candidates[static_cast<std::size_t>(factor)].push_back({std::move(axes), &state, static_cast<int>(d)});
+        }
+      }
+    }
+    // 2. Agree per factor: the longest candidate the others are prefixes of;
+    // on a conflict, the annotated, then the larger, tensor wins. Factors are
+    // settled in priority order and an axis goes to one factor only:
+    // pass-through factors before reduction factors (sharding a contracted
+    // dim costs a reduction of the result, sharding a kept dim costs
+    // nothing), then by the winner's standing as above.
+    struct Choice {
+      int factor;
+      Candidate winner;
+      bool reduction;
+    };
+    std::vector<Choice> choices;
+    for (std::size_t f = 0; f < rule.factors.size(); ++f) {
+      if (rule.factors[f].kind == FactorKind::kNeedReplication || candidates[f].empty()) continue;
+      std::vector<Candidate>& list = candidates[f];
+      std::stable_sort(list.begin(), list.end(), [](const Candidate& a, const Candidate& b) {
+        if (a.tensor->closed != b.tensor->closed) return a.tensor->closed;
+        if (a.axes.size() != b.axes.size()) return a.axes.size() > b.axes.size();
+        return a.tensor->bytes > b.tensor->bytes;
+      });
+      if (!list.front().axes.empty()) {
+        choices.push_back({static_cast<int>(f), list.front(), rule.factors[f].kind == FactorKind::kReduction});
+      }
+    }
+    std::stable_sort(choices.begin(), choices.end(), [](const Choice& a, const Choice& b) {
+      if (a.reduction != b.reduction) return !a.reduction;
+      if (a.winner.tensor->closed != b.winner.tensor->closed) return a.winner.tensor->closed;
+      return a.winner.tensor->bytes > b.winner.tensor->bytes;
+    });
+    std::vector<std::vector<int>> factor_axes(rule.factors.size());
+    std::vector<const Candidate*> factor_source(rule.factors.size(), nullptr);
+    std::vector<bool> used(static_cast<std::size_t>(mesh_.num_axes()), false);
+    for (const Choice& choice : choices) {
+      std::vector<int>& axes = factor_axes[static_cast<std::size_t>(choice.factor)];
+      for (int axis : choice.winner.axes) {
+        if (used[static_cast<std::size_t>(axis)]) break;
+        axes.push_back(axis);
+      }
+      for (int axis : axes) used[static_cast<std::size_t>(axis)] = true;
+      factor_source[static_cast<std::size_t>(choice.factor)] = &choice.winner;
+    }
+    // 3. Project back onto every open tensor, extending dims at their minor end.
+    bool changed = false;
+    for (std::size_t t = 0; t < tensors.size(); ++t) {
+      ValueState& state = states_.at(tensors[t]);
+      if (state.closed) continue;
+      for (std::size_t d = 0; d < mappings[t]->size(); ++d) {
+        const std::vector<int>& factors = (*mappings[t])[d];
+        std::vector<int> wanted;
+        const Candidate* source = nullptr;
+        for (std::size_t i = 0; i < factors.size(); ++i) {
+          const auto f = static_cast<std::size_t>(factors[i]);
+          const std::vector<int>& axes = factor_axes[f];
+          const bool last = i + 1 == factors.size();
+          const int64_t size = rule.factors[f].size;
+          if (!last && !axes.empty() && size % axes_size(axes) != 0) break;
+          wanted.insert(wanted.end(), axes.begin(), axes.end());
+          if (!axes.empty() && source == nullptr) source = factor_source[f];
+          if (!last && axes_size(axes) != size) break;
+        }
+        std::vector<int>& current = state.dims[d];
+        if (wanted.size() <= current.size() || !std::equal(current.begin(), current.end(), wanted.begin())) {
+          continue;  // nothing new, or a conflict with what the dim already has
+        }
+        // Axes used on another dim of this tensor cannot shard this one too.
+        std::vector<int> extended = current;
+        for (std::size_t k = current.size(); k < wanted.size(); ++k) {
+          bool elsewhere = false;
+          for (std::size_t e = 0; e < state.dims.size(); ++e) {
+            if (e != d && std::find(state.dims[e].begin(), state.dims[e].end(), wanted[k]) != state.dims[e].end()) {
+              elsewhere = true;
+            }
+          }
+          if (elsewhere) break;
+          extended.push_back(wanted[k]);
+        }
+        if (extended.size() == current.size()) continue;
+        current = std::move(extended);
+        if (source != nullptr) {
+          ShardingOrigin origin = source->tensor->origins[static_cast<std::size_t>(source->dim)];
+          origin.through.push_back(&node);
+          state.origins[d] = std::move(origin);
+        }
+        changed = true;
+      }
+    }
+    return changed;
+  }
+
+  const Graph& graph_;
+  const Mesh& mesh_;
+  std::vector<OpShardingRule> rules_;
+  std::unordered_map<const Value*, ValueState> states_;
+};
+
+bool is_mark_sharding(const Node& node) {
+  return node.op().full_name() == ops::kMarkShardingOp;
+}
+
+}  // namespace
+
+PropagationResult propagate_shardings(const Graph& graph,
+                                      std::span<const std::optional<Sharding>> input_shardings) {
+  // The mesh: every annotation and input sharding must use the same one.
+  std::shared_ptr<const Mesh> mesh;
+  std::string mesh_source;
+  std::unordered_map<const Value*, Sharding> fixed;
+  const auto use_mesh = [&](const std::shared_ptr<const Mesh>& candidate, const std::string& where) {
+    if (!mesh) {
+      mesh = candidate;
+      mesh_source = where;
+    } else if (!(*mesh == *candidate)) {
+      throw Error(fmt::format("{} uses the mesh {} but {} uses {}; a graph is partitioned over one mesh",
+                              where, candidate->to_string(), mesh_source, mesh->to_string()));
+    }
+  };
+  for (std::size_t i = 0; i < graph.inputs().size() && i < input_shardings.size(); ++i) {
+    if (!input_shardings[i]) continue;
+    const Value* input = graph.inputs()[i];
+    if (input_shardings[i]->rank() != input->type().rank()) {
+      throw Error(fmt::format("the sharding {} of input %{} has rank {} but the input is {}",
+                              input_shardings[i]->to_readable(), input->name(), input_shardings[i]->rank(),
+                              input->type().to_string()));
+    }
+    use_mesh(input_shardings[i]->mesh_ptr(), "input %" + input->name());
+    fixed.emplace(input, *input_shardings[i]);
+  }
+  for (const auto& node : graph.nodes()) {
+    if (!is_mark_sharding(*node)) continue;
+    Sharding sharding = ops::decode_mark_sharding(node->op_args(), node->inputs()[0]->type().rank());
+    use_mesh(sharding.mesh_ptr(), "the annotation at %" + node->output()->name());
+    fixed.emplace(node->output(), std::move(sharding));
+  }
+  if (!mesh) mesh = std::make_shared<const Mesh>(std::vector<int64_t>{0}, std::vector<int64_t>{1},
+                                                 std::vector<std::string>{}, 1);
+
+  Propagator propagator(graph, *mesh);
+  const auto add_value = [&](const Value* value) {
+    ValueState state;
+    state.dims.resize(static_cast<std::size_t>(value->type().rank()));
+    state.origins.resize(state.dims.size());
+    state.bytes = numel(value->type().shape) * static_cast<int64_t>(element_size(value->type().dtype));
+    if (const auto found = fixed.find(value); found != fixed.end()) {
+      state.closed = true;
+      state.dims = found->second.all_dim_axes();
+      for (ShardingOrigin& origin : state.origins) origin.source = value;
+    }
+    propagator.states().emplace(value, std::move(state));
+  };
+  for (const Value* input : graph.inputs()) add_value(input);
+  for (const auto& node : graph.nodes()) {
+    for (const Value* output : node->outputs()) add_value(output);
+  }
+  propagator.run();
+
+  PropagationResult result(mesh);
+  for (auto& [value, state] : propagator.states()) {
+    PropagationResult::Entry entry{Sharding(mesh, state.dims), std::move(state.origins), state.closed};
+    result.entries().emplace(value, std::move(entry));
+  }
+  return result;
+}
+
+std::string print_with_shardings(const Graph& graph, const PropagationResult& result) {
+  PrintOptions options;
+  options.annotate_value = [&](const Value& value) {
+    const Sharding& sharding = result.sharding(&value);
+    return fmt::format("{} {}", sharding.to_readable(value.type().shape, dtype_name(value.type().dtype)),
+                       sharding.to_hlo_v1().to_string());
+  };
+  return print_graph(graph, options);
+}
+
+}  // namespace shardflow

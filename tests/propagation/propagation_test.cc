@@ -1,0 +1,105 @@
+// Sharding propagation on annotated graphs: the shardings every value gets,
+// and where they came from.
+#include "shardflow/propagation/propagation.h"
+
+#include <gtest/gtest.h>
+
+#include "shardflow/ir/text.h"
+#include "shardflow/ops/ops.h"
+
+namespace sf = shardflow;
+
+namespace {
+
+sf::Graph parse(const char* text) {
+  sf::ops::register_all_ops();
+  sf::Graph graph = sf::parse_graph(text);
+  sf::verify_graph(graph);
+  return graph;
+}
+
+std::string readable(const sf::PropagationResult& result, const sf::Graph& graph, const char* name) {
+  return result.sharding(graph.find_value(name)).to_readable();
+}
+
+constexpr const char* kMeshArgs = R"M([0, 1, 2, 3, 4, 5, 6, 7], "(2, 4)", "('data', 'model')")M";
+
+TEST(Propagation, MegatronMlp) {
+  const std::string text = std::string(R"IR(func @mlp(%x: f32[8,16], %w1: f32[16,64], %w2: f32[64,16]) -> (f32[8,16]) {
+  %a = xla::dynamo_mark_sharding(%w1, )IR") + kMeshArgs + R"IR(, "(None, 'model')") : f32[16,64]
+  %b = xla::dynamo_mark_sharding(%w2, )IR" + kMeshArgs + R"IR(, "('model', None)") : f32[64,16]
+  %h = aten::matmul(%x, %a) : f32[8,64]
+  %g = aten::gelu(%h) : f32[8,64]
+  %y = aten::matmul(%g, %b) : f32[8,16]
+  return %y
+}
+)IR";
+  const sf::Graph graph = parse(text.c_str());
+  const sf::PropagationResult result = sf::propagate_shardings(graph);
+  EXPECT_EQ(readable(result, graph, "h"), "[{},{model}]");
+  EXPECT_EQ(readable(result, graph, "g"), "[{},{model}]");
+  EXPECT_EQ(readable(result, graph, "y"), "[{},{}]");
+  EXPECT_EQ(readable(result, graph, "x"), "[{},{}]");
+  // The annotated operand of the annotation takes its sharding backward.
+  EXPECT_EQ(readable(result, graph, "w1"), "[{},{model}]");
+  EXPECT_EQ(result.origin(graph.find_value("g"), 1).describe(),
+            "the annotation at %a through %h aten::matmul, %g aten::gelu");
+}
+
+TEST(Propagation, TwoDimensionalFsdpAndTensorParallel) {
+  const std::string text = std::string(R"IR(func @mlp(%x: f32[8,16], %win: f32[16,32], %wout: f32[32,16]) -> (f32[8,16]) {
+  %in = xla::dynamo_mark_sharding(%x, )IR") + kMeshArgs + R"IR(, "('data', 'model')") : f32[8,16]
+  %wi = xla::dynamo_mark_sharding(%win, )IR" + kMeshArgs + R"IR(, "('data', 'model')") : f32[16,32]
+  %wo = xla::dynamo_mark_sharding(%wout, )IR" + kMeshArgs + R"IR(, "('model', 'data')") : f32[32,16]
+  %h = aten::matmul(%in, %wi) : f32[8,32]
+  %o = aten::matmul(%h, %wo) : f32[8,16]
+  %out = xla::dynamo_mark_sharding(%o, )IR" + kMeshArgs + R"IR(, "('data', 'model')") : f32[8,16]
+  return %out
+}
+)IR";
+  const sf::Graph graph = parse(text.c_str());
+  const sf::PropagationResult result = sf::propagate_shardings(graph);
+  EXPECT_EQ(readable(result, graph, "h"), "[{data},{model}]");  // B over data, F over model
+}
+
+TEST(Propagation, KeepsUnevenShardingsAndFlowsThroughReshapes) {
+  const sf::Graph graph = parse(R"IR(func @f(%x: f32[17,6]) -> (f32[17,2,3]) {
+  %a = xla::dynamo_mark_sharding(%x, [0, 1, 2, 3, 4, 5, 6, 7], "(8,)", "('d',)", "('d', None)") : f32[17,6]
+  %b = aten::exp(%a) : f32[17,6]
+  %c = aten::reshape(%b, [17, 2, 3]) : f32[17,2,3]
+  return %c
+}
+)IR");
+  const sf::PropagationResult result = sf::propagate_shardings(graph);
+  EXPECT_EQ(readable(result, graph, "b"), "[{d},{}]");
+  EXPECT_EQ(readable(result, graph, "c"), "[{d},{},{}]");
+}
+
+TEST(Propagation, NeedReplicationFactorsDoNotPropagate) {
+  const sf::Graph graph = parse(R"IR(func @f(%x: f32[8,6]) -> (f32[8,6]) {
+  %a = xla::dynamo_mark_sharding(%x, [0, 1], "(2,)", "('d',)", "(None, 'd')") : f32[8,6]
+  %b = aten::softmax.int(%a, 1) : f32[8,6]
+  return %b
+}
+)IR");
+  const sf::PropagationResult result = sf::propagate_shardings(graph);
+  EXPECT_EQ(readable(result, graph, "b"), "[{},{}]");
+}
+
+TEST(Propagation, InputShardingsAreKeptAndMeshesMustAgree) {
+  const sf::Graph graph = parse(R"IR(func @f(%x: f32[8,6]) -> (f32[8,6]) {
+  %a = aten::relu(%x) : f32[8,6]
+  return %a
+}
+)IR");
+  auto mesh = std::make_shared<const sf::Mesh>(std::vector<int64_t>{0, 1}, std::vector<int64_t>{2},
+                                               std::vector<std::string>{"d"});
+  const std::vector<std::optional<sf::Sharding>> inputs{sf::Sharding::from_spec(mesh, {"d", sf::none})};
+  const sf::PropagationResult result = sf::propagate_shardings(graph, inputs);
+  EXPECT_EQ(readable(result, graph, "a"), "[{d},{}]");
+  EXPECT_EQ(result.origin(graph.find_value("a"), 0).describe(), "the sharding of input %x through %a aten::relu");
+  EXPECT_TRUE(result.is_annotated(graph.find_value("x")));
+  EXPECT_FALSE(result.is_annotated(graph.find_value("a")));
+}
+
+}  // namespace
