@@ -1,7 +1,407 @@
+// Indexing ops: embedding, index_select, index_copy (functional) and gather.
+//
+// Index tensors are i64 or i32. Every index is checked against the size it
+// indexes before anything is read, and the error names the index and the
+// size; no op here wraps negative indices (PyTorch's CPU kernels reject them
+// too).
+//
+// Sharding rules list the result's dims first, in order, then the factors
+// the result lacks. The indexed dim of the data operand is need-replication,
+// as any index may read or write any of its rows. Examples:
+//   embedding f32[100,16], i64[4,8]:
+//     ([l, k], [i, j])->([i, j, k]) {i=4, j=8, k=16, l=100} need_replication={l}
+//   index_select f32[8,16], dim 1, i64[4]:
+//     ([i, k], [j])->([i, j]) {i=8, j=4, k=16} need_replication={k}
+//   index_copy f32[2,16,8,4], dim 1, i64[3], f32[2,3,8,4] (a KV-cache update):
+//     ([i, j, k, l], [m], [i, m, k, l])->([i, j, k, l]) {i=2, j=16, k=8, l=4, m=3}
+//     need_replication={j, m}
+//   gather f32[4,10], dim 1, i64[4,3]:
+//     ([i, k], [i, j])->([i, j]) {i=4, j=3, k=10} need_replication={k}
+#include <fmt/format.h>
+
+#include <cstring>
+
 #include "families.h"
+#include "kernel_util.h"
+#include "shardflow/base/error.h"
+#include "shardflow/base/text.h"
 
 namespace shardflow::ops {
+namespace {
 
-void register_index_ops(OpRegistry&) {}
+constexpr FactorKind kNeedReplication = FactorKind::kNeedReplication;
+
+bool is_index_dtype(DType dtype) { return dtype == DType::kI64 || dtype == DType::kI32; }
+
+// PyTorch prints sizes as "[4, 3]".
+std::string sizes_text(std::span<const int64_t> sizes) { return "[" + join_ints(sizes, ", ") + "]"; }
+
+std::vector<TensorType> types_of(std::span<const DenseTensor> tensors) {
+  std::vector<TensorType> types;
+  for (const DenseTensor& t : tensors) types.push_back({t.dtype(), t.shape()});
+  return types;
+}
+
+// The values of an i64 or i32 index tensor.
+std::vector<int64_t> index_values(const DenseTensor& index) {
+  std::vector<int64_t> values(static_cast<std::size_t>(index.numel()));
+  if (index.dtype() == DType::kI64) {
+    std::copy_n(index.data_as<int64_t>(), index.numel(), values.begin());
+  } else {
+    std::copy_n(index.data_as<int32_t>(), index.numel(), values.begin());
+  }
+  return values;
+}
+
+// Checks all indices before any is used, so that kernels never read or write
+// out of bounds; `message(index)` is the error.
+template <class Message>
+void check_indices(std::span<const int64_t> indices, int64_t size, Message message) {
+  for (int64_t index : indices) {
+    if (index < 0 || index >= size) throw Error(message(index));
+  }
+}
+
+// index_select's (and so embedding's) message: PyTorch's, plus the index and size.
+std::string out_of_range_in_self(int64_t index, int64_t dim, int64_t size) {
+  return fmt::format("index out of range in self: index {} is out of bounds for dimension {} with "
+                     "size {}", index, dim, size);
+}
+
+// A shape seen as [outer, size, inner] around `dim`; a scalar is [1, 1, 1].
+struct Slab {
+  int64_t outer = 1, size = 1, inner = 1;
+};
+
+Slab slab(const Shape& shape, int64_t dim) {
+  Slab s;
+  if (shape.empty()) return s;
+  for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
+    const int64_t extent = shape[static_cast<std::size_t>(d)];
+    if (d < dim) s.outer *= extent;
+    if (d == dim) s.size = extent;
+    if (d > dim) s.inner *= extent;
+  }
+  return s;
+}
+
+// out[o, k, :] = in[o, indices[k], :]: the loop of index_select and embedding.
+// Rows are contiguous, so they are copied as bytes whatever the dtype.
+DenseTensor select_rows(const DenseTensor& in, Slab in_slab, std::span<const int64_t> indices,
+                        const TensorType& out_type) {
+  DenseTensor out = DenseTensor::empty(out_type.dtype, out_type.shape);
+  const std::size_t row = static_cast<std::size_t>(in_slab.inner) * element_size(in.dtype());
+  const std::byte* src = in.data();
+  std::byte* dst = out.data();
+  for (int64_t o = 0; o < in_slab.outer; ++o) {
+    for (int64_t k : indices) {
+      std::memcpy(dst, src + static_cast<std::size_t>(o * in_slab.size + k) * row, row);
+      dst += row;
+    }
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- embedding
+
+TensorType embedding_type(std::span<const TensorType> in) {
+  const TensorType& weight = in[0];
+  const TensorType& indices = in[1];
+  if (weight.rank() != 2) throw Error("'weight' must be 2-D");
+  if (!is_index_dtype(indices.dtype)) {
+    throw Error(fmt::format("Expected tensor for argument #1 'indices' to have one of the following "
+                            "scalar types: Long, Int; but got torch.{}Tensor instead (while "
+                            "checking arguments for embedding)", scalar_type_name(indices.dtype)));
+  }
+  Shape shape = indices.shape;
+  shape.push_back(weight.shape[1]);
+  return {weight.dtype, shape};
+}
+
+void register_embedding(OpRegistry& r) {
+  OpDef def;
+  def.family = OpFamily::kIndexing;
+  def.infer = [](const OpArgs&, std::span<const TensorType> in) {
+    return std::vector<TensorType>{embedding_type(in)};
+  };
+  def.sharding_rule = [](const OpArgs&, std::span<const TensorType> in, std::span<const TensorType> out) {
+    RuleBuilder b(in, out);
+    const int batch = static_cast<int>(in[1].rank());
+    for (int d = 0; d < batch; ++d) b.add_factor({-1, d}, {d}, in[1].shape[static_cast<std::size_t>(d)]);
+    b.add_factor({1, -1}, {batch}, in[0].shape[1]);  // D: each row is copied whole
+    b.add_factor({0, -1}, {-1}, in[0].shape[0], kNeedReplication);  // V: any index reads any row
+    return b.build();
+  };
+  // padding_idx, scale_grad_by_freq and sparse only change the gradient.
+  def.kernel = [](const OpArgs&, std::span<const DenseTensor> in) {
+    const TensorType out_type = embedding_type(types_of(in));
+    const std::vector<int64_t> indices = index_values(in[1]);
+    const int64_t vocabulary = in[0].shape()[0];
+    check_indices(indices, vocabulary, [&](int64_t i) { return out_of_range_in_self(i, 0, vocabulary); });
+    const Slab rows{1, vocabulary, in[0].shape()[1]};
+    return std::vector<DenseTensor>{select_rows(in[0], rows, indices, out_type)};
+  };
+  r.add("aten::embedding(Tensor weight, Tensor indices, SymInt padding_idx=-1, "
+        "bool scale_grad_by_freq=False, bool sparse=False) -> Tensor",
+        std::move(def));
+}
+
+// ------------------------------------------------------------- index_select
+
+TensorType index_select_type(const OpArgs& args, std::span<const TensorType> in) {
+  const TensorType& self = in[0];
+  const TensorType& index = in[1];
+  const int64_t dim = wrap_dim(args.get_int("dim"), self.rank());
+  if (index.rank() > 1) throw Error("index_select(): Index is supposed to be a vector");
+  if (!is_index_dtype(index.dtype)) throw Error("index_select(): Expected dtype int32 or int64 for index");
+  const int64_t count = numel(index.shape);
+  if (self.rank() == 0) {
+    if (count != 1) {
+      throw Error(fmt::format("index_select(): Index to scalar can have only 1 value, got {} value(s)", count));
+    }
+    return {self.dtype, {}};
+  }
+  Shape shape = self.shape;
+  shape[static_cast<std::size_t>(dim)] = count;  // a 0-d index keeps the dim, with size 1
+  return {self.dtype, shape};
+}
+
+void register_index_select(OpRegistry& r) {
+  OpDef def;
+  def.family = OpFamily::kIndexing;
+  def.infer = [](const OpArgs& args, std::span<const TensorType> in) {
+    return std::vector<TensorType>{index_select_type(args, in)};
+  };
+  def.sharding_rule = [](const OpArgs& args, std::span<const TensorType> in,
+                         std::span<const TensorType> out) {
+    RuleBuilder b(in, out);
+    const TensorType& self = in[0];
+    if (self.rank() > 0) {
+      const auto dim = static_cast<int>(wrap_dim(args.get_int("dim"), self.rank()));
+      for (int d = 0; d < static_cast<int>(self.rank()); ++d) {
+        const int64_t extent = out[0].shape[static_cast<std::size_t>(d)];
+        if (d == dim) {
+          b.add_factor({-1, in[1].rank() == 1 ? 0 : -1}, {d}, extent);
+        } else {
+          b.add_factor({d, -1}, {d}, extent);
+        }
+      }
+      b.add_operand_only(0, dim, kNeedReplication);
+    }
+    return b.build();
+  };
+  def.kernel = [](const OpArgs& args, std::span<const DenseTensor> in) {
+    const TensorType out_type = index_select_type(args, types_of(in));
+    const DenseTensor& self = in[0];
+    const int64_t dim = wrap_dim(args.get_int("dim"), self.rank());
+    const Slab rows = slab(self.shape(), dim);
+    const std::vector<int64_t> indices = index_values(in[1]);
+    check_indices(indices, rows.size, [&](int64_t i) { return out_of_range_in_self(i, dim, rows.size); });
+    return std::vector<DenseTensor>{select_rows(self, rows, indices, out_type)};
+  };
+  r.add("aten::index_select(Tensor self, int dim, Tensor index) -> Tensor", std::move(def));
+}
+
+// --------------------------------------------------------------- index_copy
+
+// PyTorch's checks of index_copy_, in its order; the result is self's type.
+TensorType index_copy_type(const OpArgs& args, std::span<const TensorType> in) {
+  const TensorType& self = in[0];
+  const TensorType& index = in[1];
+  const TensorType& source = in[2];
+  const int64_t dim = wrap_dim(args.get_int("dim"), self.rank());
+  if (index.rank() > 1) {
+    throw Error(fmt::format("index_copy_(): Index should have dimension 1 or 0 (got {})", index.rank()));
+  }
+  const int64_t count = numel(index.shape);
+  if (source.rank() == 0 && count != 1) {
+    throw Error(fmt::format("index_copy_(): When source is scalar, index should have one element "
+                            "(got {})", count));
+  }
+  if (source.rank() != self.rank() && source.rank() != 0 && self.rank() != 0) {
+    throw Error(fmt::format("index_copy_(): When source and destination are not scalars, their "
+                            "dimensionality must match. Source dimensionality ({}), destination "
+                            "dimensionality ({})", source.rank(), self.rank()));
+  }
+  if (!is_index_dtype(index.dtype)) {
+    throw Error(fmt::format("index_copy_(): Expected dtype int32 or int64 for index, but got {}",
+                            scalar_type_name(index.dtype)));
+  }
+  if (self.dtype != source.dtype) {
+    throw Error(fmt::format("index_copy_(): self and source expected to have the same dtype, but got "
+                            "(self) {} and (source) {}", scalar_type_name(self.dtype),
+                            scalar_type_name(source.dtype)));
+  }
+  Shape self_slice = self.shape;
+  Shape source_slice = source.shape;
+  if (!self_slice.empty()) self_slice.erase(self_slice.begin() + dim);
+  if (!source_slice.empty()) source_slice.erase(source_slice.begin() + dim);
+  if (self_slice != source_slice) {
+    throw Error(fmt::format("index_copy_(): Source/destination tensor must have same slice shapes. "
+                            "Destination slice shape: {} at dimension {} and source slice shape: {} "
+                            "at dimension 0.", sizes_text(self_slice), dim, sizes_text(source_slice)));
+  }
+  if (source.rank() > 0 && count != source.shape[static_cast<std::size_t>(dim)]) {
+    throw Error(fmt::format("index_copy_(): Number of indices ({}) should be equal to "
+                            "source.size(dim) ({})", count, source.shape[static_cast<std::size_t>(dim)]));
+  }
+  return self;
+}
+
+void register_index_copy(OpRegistry& r) {
+  OpDef def;
+  def.family = OpFamily::kIndexing;
+  def.infer = [](const OpArgs& args, std::span<const TensorType> in) {
+    return std::vector<TensorType>{index_copy_type(args, in)};
+  };
+  def.sharding_rule = [](const OpArgs& args, std::span<const TensorType> in,
+                         std::span<const TensorType> out) {
+    RuleBuilder b(in, out);
+    const TensorType& self = in[0];
+    const TensorType& source = in[2];
+    const auto dim = static_cast<int>(wrap_dim(args.get_int("dim"), self.rank()));
+    for (int d = 0; d < static_cast<int>(self.rank()); ++d) {
+      const int64_t extent = self.shape[static_cast<std::size_t>(d)];
+      if (d == dim) {
+        b.add_factor({d, -1, -1}, {d}, extent, kNeedReplication);  // rows written at any index
+      } else {
+        b.add_factor({d, -1, source.rank() > 0 ? d : -1}, {d}, extent);
+      }
+    }
+    // The rows of source follow the index, whose values say where they go.
+    const int index_dim = in[1].rank() == 1 ? 0 : -1;
+    const int source_dim = source.rank() > 0 ? dim : -1;
+    if (index_dim >= 0 || source_dim >= 0) {
+      b.add_factor({-1, index_dim, source_dim}, {-1}, numel(in[1].shape), kNeedReplication);
+    }
+    return b.build();
+  };
+  def.kernel = [](const OpArgs& args, std::span<const DenseTensor> in) {
+    const TensorType out_type = index_copy_type(args, types_of(in));
+    const DenseTensor& self = in[0];
+    const int64_t dim = wrap_dim(args.get_int("dim"), self.rank());
+    const Slab rows = slab(self.shape(), dim);
+    const std::vector<int64_t> indices = index_values(in[1]);
+    check_indices(indices, rows.size, [&](int64_t i) {
+      return fmt::format("index_copy_(): index {} is out of bounds for dimension {} with size {}", i,
+                         dim, rows.size);
+    });
+    DenseTensor out = DenseTensor::empty(out_type.dtype, out_type.shape);
+    std::memcpy(out.data(), self.data(), self.nbytes());
+    // Source is [outer, count, inner]; k ascending, so the last duplicate wins.
+    const std::size_t row = static_cast<std::size_t>(rows.inner) * element_size(self.dtype());
+    const auto count = static_cast<int64_t>(indices.size());
+    const std::byte* src = in[2].data();
+    for (int64_t k = 0; k < count; ++k) {
+      for (int64_t o = 0; o < rows.outer; ++o) {
+        std::memcpy(out.data() + static_cast<std::size_t>(o * rows.size + indices[static_cast<std::size_t>(k)]) * row,
+                    src + static_cast<std::size_t>(o * count + k) * row, row);
+      }
+    }
+    return std::vector<DenseTensor>{std::move(out)};
+  };
+  r.add("aten::index_copy(Tensor self, int dim, Tensor index, Tensor source) -> Tensor", std::move(def));
+}
+
+// ------------------------------------------------------------------- gather
+
+// gather treats a scalar as a 1-D tensor of size 1.
+int64_t nonempty_size(const TensorType& type, int64_t dim) {
+  return type.rank() == 0 ? 1 : type.shape[static_cast<std::size_t>(dim)];
+}
+
+TensorType gather_type(const OpArgs& args, std::span<const TensorType> in) {
+  const TensorType& self = in[0];
+  const TensorType& index = in[1];
+  const int64_t dim = wrap_dim(args.get_int("dim"), self.rank());
+  if (!is_index_dtype(index.dtype)) throw Error("gather(): Expected dtype int32 or int64 for index");
+  // PyTorch skips the shape checks for an empty index.
+  if (numel(index.shape) != 0) {
+    const int64_t rank = std::max<int64_t>(self.rank(), 1);
+    if (rank != std::max<int64_t>(index.rank(), 1)) {
+      throw Error("Index tensor must have the same number of dimensions as input tensor");
+    }
+    for (int64_t d = 0; d < rank; ++d) {
+      if (d != dim && nonempty_size(index, d) > nonempty_size(self, d)) {
+        throw Error(fmt::format("Size does not match at dimension {} expected index {} to be smaller "
+                                "than self {} apart for dimension {}", d, sizes_text(index.shape),
+                                sizes_text(self.shape), dim));
+      }
+    }
+  }
+  return {self.dtype, index.shape};
+}
+
+void register_gather(OpRegistry& r) {
+  OpDef def;
+  def.family = OpFamily::kIndexing;
+  def.infer = [](const OpArgs& args, std::span<const TensorType> in) {
+    return std::vector<TensorType>{gather_type(args, in)};
+  };
+  def.sharding_rule = [](const OpArgs& args, std::span<const TensorType> in,
+                         std::span<const TensorType> out) {
+    RuleBuilder b(in, out);
+    const TensorType& self = in[0];
+    const TensorType& index = in[1];
+    const auto dim = static_cast<int>(wrap_dim(args.get_int("dim"), self.rank()));
+    // A dim of self is shared when it lines up with the index's, element for
+    // element; the gathered dim, or a longer self dim, needs all of self's.
+    const auto shared = [&](int d) {
+      return self.rank() == index.rank() && d != dim &&
+             self.shape[static_cast<std::size_t>(d)] == index.shape[static_cast<std::size_t>(d)];
+    };
+    for (int d = 0; d < static_cast<int>(index.rank()); ++d) {
+      b.add_factor({shared(d) ? d : -1, d}, {d}, index.shape[static_cast<std::size_t>(d)]);
+    }
+    for (int d = 0; d < static_cast<int>(self.rank()); ++d) {
+      if (!shared(d)) b.add_operand_only(0, d, kNeedReplication);
+    }
+    return b.build();
+  };
+  def.kernel = [](const OpArgs& args, std::span<const DenseTensor> in) {
+    const TensorType out_type = gather_type(args, types_of(in));
+    DenseTensor out = DenseTensor::empty(out_type.dtype, out_type.shape);
+    if (out.numel() == 0) return std::vector<DenseTensor>{std::move(out)};
+    const DenseTensor& self = in[0];
+    const auto dim = static_cast<std::size_t>(wrap_dim(args.get_int("dim"), self.rank()));
+    const Shape self_shape = self.rank() == 0 ? Shape{1} : self.shape();
+    const Shape index_shape = in[1].rank() == 0 ? Shape{1} : in[1].shape();
+    const std::vector<int64_t> self_strides = row_major_strides(self_shape);
+    const std::vector<int64_t> indices = index_values(in[1]);
+    const int64_t bound = self_shape[dim];
+    check_indices(indices, bound, [&](int64_t i) {
+      return fmt::format("index {} is out of bounds for dimension {} with size {}", i, dim, bound);
+    });
+    visit_dtype(self.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      const T* src = self.data_as<T>();
+      T* dst = out.data_as<T>();
+      std::vector<int64_t> position(index_shape.size(), 0);
+      for (std::size_t i = 0; i < indices.size(); ++i) {
+        int64_t offset = 0;
+        for (std::size_t d = 0; d < position.size(); ++d) {
+          offset += (d == dim ? indices[i] : position[d]) * self_strides[d];
+        }
+        dst[i] = src[offset];
+        for (std::size_t d = position.size(); d-- > 0;) {
+          if (++position[d] < index_shape[d]) break;
+          position[d] = 0;
+        }
+      }
+    });
+    return std::vector<DenseTensor>{std::move(out)};
+  };
+  r.add("aten::gather(Tensor self, int dim, Tensor index, *, bool sparse_grad=False) -> Tensor",
+        std::move(def));
+}
+
+}  // namespace
+
+void register_index_ops(OpRegistry& registry) {
+  register_embedding(registry);
+  register_gather(registry);
+  register_index_copy(registry);
+  register_index_select(registry);
+}
 
 }  // namespace shardflow::ops
