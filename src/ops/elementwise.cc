@@ -56,8 +56,10 @@ OpDef unary_def(UnaryResult result) {
 }
 
 template <class F>
-void add_unary(OpRegistry& registry, std::string_view schema, UnaryResult result, F f) {
+void add_unary(OpRegistry& registry, std::string_view schema, UnaryResult result, F f,
+               Linearity linearity = Linearity::kNone) {
   OpDef def = unary_def(result);
+  def.linearity = linearity;
   def.kernel = [result, f](const OpArgs& args, std::span<const DenseTensor> in) {
     const DType dtype = result == UnaryResult::kFloat ? float_type_for(in[0].dtype()) : in[0].dtype();
     if (dtype == DType::kBool && args.schema().name() == "neg") {
@@ -80,7 +82,8 @@ void register_unary_ops(OpRegistry& r) {
             [](auto x) { return exp_approx(static_cast<float>(x)); });
   add_unary(r, "aten::log(Tensor self) -> Tensor", UnaryResult::kFloat,
             [](auto x) { return std::log(x); });
-  add_unary(r, "aten::neg(Tensor self) -> Tensor", UnaryResult::kSame, [](auto x) { return -x; });
+  add_unary(r, "aten::neg(Tensor self) -> Tensor", UnaryResult::kSame, [](auto x) { return -x; },
+            Linearity::kLinear);
   add_unary(r, "aten::relu(Tensor self) -> Tensor", UnaryResult::kSame,
             [](auto x) { return x > 0 ? x : decltype(x){0}; });
   add_unary(r, "aten::rsqrt(Tensor self) -> Tensor", UnaryResult::kFloat,
@@ -88,7 +91,7 @@ void register_unary_ops(OpRegistry& r) {
   add_unary(r, "aten::sigmoid(Tensor self) -> Tensor", UnaryResult::kFloat,
             [](auto x) { return sigmoid(static_cast<float>(x)); });
   add_unary(r, "aten::silu(Tensor self) -> Tensor", UnaryResult::kFloat,
-            [](auto x) { return static_cast<float>(x) * sigmoid(static_cast<float>(x)); });
+            [](auto x) { return static_cast<float>(x) / (1.0f + exp_approx(-static_cast<float>(x))); });
   add_unary(r, "aten::sin(Tensor self) -> Tensor", UnaryResult::kFloat,
             [](auto x) { return std::sin(x); });
   add_unary(r, "aten::sqrt(Tensor self) -> Tensor", UnaryResult::kFloat,
@@ -197,7 +200,8 @@ BinaryDtypes binary_dtypes(DType promoted, BinaryResult result) {
 // `make` builds the element function from the call's arguments (for alpha
 // and friends): make(args, dtypes) -> callable(x, y).
 template <class Make>
-void add_binary(OpRegistry& registry, std::string_view schema, BinaryResult result, Make make) {
+void add_binary(OpRegistry& registry, std::string_view schema, BinaryResult result, Make make,
+                Linearity linearity = Linearity::kNone) {
   const bool scalar_form = schema.find("Scalar other") != std::string_view::npos ||
                            schema.find("Scalar exponent") != std::string_view::npos;
   const auto promoted = [scalar_form](const OpArgs& args, std::span<const TensorType> in) {
@@ -206,6 +210,7 @@ void add_binary(OpRegistry& registry, std::string_view schema, BinaryResult resu
   };
   OpDef def;
   def.family = OpFamily::kElementwise;
+  def.linearity = linearity;
   def.infer = [=](const OpArgs& args, std::span<const TensorType> in) {
     const Shape shape = scalar_form ? in[0].shape : broadcast_shapes(in[0].shape, in[1].shape);
     return std::vector<TensorType>{{binary_dtypes(promoted(args, in), result).out, shape}};
@@ -274,16 +279,20 @@ void register_binary_ops(OpRegistry& r) {
     const double sign = std::string_view(name) == "add" ? 1.0 : -1.0;
     const auto make = [sign](const OpArgs& args, auto c) { return add_with_alpha(args, c, sign); };
     add_binary(r, fmt::format("aten::{}.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor", name),
-               R::kPromoted, make);
+               R::kPromoted, make, Linearity::kAdditive);
     add_binary(r, fmt::format("aten::{}.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor", name),
                R::kPromoted, make);
   }
   const auto multiply = plain([](auto x, auto y) { return x * y; });
-  add_binary(r, "aten::mul.Tensor(Tensor self, Tensor other) -> Tensor", R::kPromoted, multiply);
-  add_binary(r, "aten::mul.Scalar(Tensor self, Scalar other) -> Tensor", R::kPromoted, multiply);
+  add_binary(r, "aten::mul.Tensor(Tensor self, Tensor other) -> Tensor", R::kPromoted, multiply,
+             Linearity::kBilinear);
+  add_binary(r, "aten::mul.Scalar(Tensor self, Scalar other) -> Tensor", R::kPromoted, multiply,
+             Linearity::kLinear);
   const auto divide = plain([](auto x, auto y) { return x / y; });
-  add_binary(r, "aten::div.Tensor(Tensor self, Tensor other) -> Tensor", R::kTrueDivision, divide);
-  add_binary(r, "aten::div.Scalar(Tensor self, Scalar other) -> Tensor", R::kTrueDivision, divide);
+  add_binary(r, "aten::div.Tensor(Tensor self, Tensor other) -> Tensor", R::kTrueDivision, divide,
+             Linearity::kNumerator);
+  add_binary(r, "aten::div.Scalar(Tensor self, Scalar other) -> Tensor", R::kTrueDivision, divide,
+             Linearity::kLinear);
   add_binary(r, "aten::pow.Tensor_Tensor(Tensor self, Tensor exponent) -> Tensor", R::kPromoted,
              plain([](auto x, auto y) { return power(x, y); }));
   add_binary(r, "aten::pow.Tensor_Scalar(Tensor self, Scalar exponent) -> Tensor", R::kPromoted,
@@ -350,6 +359,7 @@ void register_where_and_cast(OpRegistry& r) {
 
   OpDef to;
   to.family = OpFamily::kElementwise;
+  to.linearity = Linearity::kLinear;  // rounding aside, a cast commutes with sums
   to.infer = [](const OpArgs& args, std::span<const TensorType> in) {
     return std::vector<TensorType>{{args.get_dtype("dtype"), in[0].shape}};
   };

@@ -2,7 +2,10 @@
 // over broadcast operands, and a vectorisable exp.
 #pragma once
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
+#include <limits>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -34,9 +37,12 @@ DenseTensor cast(const DenseTensor& input, DType dtype);
 
 // exp(x) in float with ~1 ulp error, written without library calls or
 // branches so that loops over it vectorise.
-inline float exp_approx(float x) {
-  x = x < -104.0f ? -104.0f : x;
+inline float exp_approx(float input) {
+  // Clamp into the range the scaling below handles; NaN computes on 0 and is
+  // put back at the end.
+  float x = input < -104.0f ? -104.0f : input;
   x = x > 88.7f ? 88.7f : x;
+  x = input == input ? x : 0.0f;
   // n = round(x / ln 2): adding 1.5 * 2^23 rounds to an integer (|v| < 2^22).
   constexpr float kRound = 12582912.0f;
   const float n = (x * 1.44269504088896341f + kRound) - kRound;
@@ -55,7 +61,9 @@ inline float exp_approx(float x) {
   const int32_t half = n_int >> 1;
   const float scale_a = std::bit_cast<float>((half + 127) << 23);
   const float scale_b = std::bit_cast<float>((n_int - half + 127) << 23);
-  return p * scale_a * scale_b;
+  float result = p * scale_a * scale_b;
+  result = input > 88.72f ? std::numeric_limits<float>::infinity() : result;
+  return input == input ? result : input;
 }
 
 // ------------------------------------------------------------ implementation

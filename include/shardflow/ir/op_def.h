@@ -72,12 +72,36 @@ using RuleFn = std::function<OpShardingRule(const OpArgs&, std::span<const Tenso
 using KernelFn =
     std::function<std::vector<DenseTensor>(const OpArgs&, std::span<const DenseTensor>)>;
 
+// How an op treats operands that are unreduced partial sums (the result of
+// contracting a sharded dim, before its all-reduce): whether it may compute on
+// them, leaving its result unreduced too, so that the reduction waits until a
+// consumer needs whole values (as Megatron's row-parallel layers do).
+enum class Linearity {
+  kNone,       // needs reduced operands (exp, gelu, softmax, add of a number, ...)
+  kLinear,     // linear in its one tensor operand (neg, movement ops, sum, mul by a number)
+  kAdditive,   // add/sub of tensors: fine when every operand is unreduced the same way
+  kBilinear,   // mul, matmul: linear in each operand while the others are reduced
+  kNumerator,  // div: linear in the first operand while the second is reduced
+};
+
 struct OpDef {
   FunctionSchema schema;
   OpFamily family = OpFamily::kElementwise;
   InferFn infer;
   RuleFn sharding_rule;
   KernelFn kernel;
+
+  // What partitioning needs to know beyond the sharding rule.
+  Linearity linearity = Linearity::kNone;
+  // The kernel divides by the number of reduced elements (mean): when a
+  // reduced dim is sharded, the partitioner rescales the local result.
+  bool averages = false;
+  // Values depend on global positions (arange, rand, randn): the whole result
+  // is computed on every device and each keeps its shard.
+  bool position_dependent = false;
+  // The argument that holds the result's shape (reshape's "shape", expand's
+  // "size"): the partitioner rewrites it to the local (per-device) shape.
+  std::string output_shape_arg;
 
   std::string full_name() const { return schema.full_name(); }
 };
