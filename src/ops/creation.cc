@@ -181,6 +181,7 @@ void register_arange(OpRegistry& r) {
   const auto def = [] {
     OpDef op;
     op.family = OpFamily::kCreation;
+    op.position_dependent = true;  // element i is start + i * step
     op.infer = [](const OpArgs& args, std::span<const TensorType>) {
       const ArangeSpec spec = arange_spec(args);
       return std::vector<TensorType>{{spec.dtype, {spec.length}}};
@@ -236,6 +237,7 @@ void add_filled(OpRegistry& r, std::string_view schema, std::string fill, int fi
     return std::vector<TensorType>{{dtype_of(args), size_arg(args)}};
   };
   def.sharding_rule = own_factors_rule;
+  def.output_shape_arg = "size";  // a constant fill: each device makes its own shard
   def.kernel = [dtype_of, value_of](const OpArgs& args, std::span<const DenseTensor>) {
     const DType dtype = dtype_of(args);
     DenseTensor out = DenseTensor::empty(dtype, size_arg(args));
@@ -351,6 +353,7 @@ void add_random(OpRegistry& r, std::string_view schema) {
   };
   OpDef def;
   def.family = OpFamily::kCreation;
+  def.position_dependent = true;  // element i is a function of (seed, i)
   def.infer = [dtype_of](const OpArgs& args, std::span<const TensorType>) {
     return std::vector<TensorType>{{dtype_of(args), size_arg(args)}};
   };

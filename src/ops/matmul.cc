@@ -272,6 +272,7 @@ void register_matmul(OpRegistry& registry) {
   def.kernel = [](const OpArgs&, std::span<const DenseTensor> in) {
     return std::vector<DenseTensor>{matmul_kernel(in[0], in[1])};
   };
+  def.linearity = Linearity::kBilinear;
   registry.add("aten::matmul(Tensor self, Tensor other) -> Tensor", std::move(def));
 }
 

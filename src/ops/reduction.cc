@@ -346,6 +346,10 @@ DenseTensor extremum_kernel(const DenseTensor& input, const ReduceCall& call) {
 void add_reduction(OpRegistry& registry, std::string_view schema, ReduceKind kind) {
   OpDef def;
   def.family = OpFamily::kReduction;
+  // A sum of partial sums is the partial sum of the sums; max is not linear.
+  const bool sums = kind == ReduceKind::kSum || kind == ReduceKind::kMean;
+  def.linearity = sums ? Linearity::kLinear : Linearity::kNone;
+  def.averages = kind == ReduceKind::kMean;
   def.infer = [kind](const OpArgs& args, std::span<const TensorType> in) {
     const ReduceCall call = read_reduce_call(kind, args, in[0]);
     return std::vector<TensorType>{{call.dtype, call.shape}};

@@ -343,6 +343,7 @@ template <class ShapeOf>
 OpDef same_bytes_def(ShapeOf shape_of) {
   OpDef def;
   def.family = OpFamily::kMovement;
+  def.linearity = Linearity::kLinear;  // moving values commutes with summing them
   def.infer = [shape_of](const OpArgs& args, std::span<const TensorType> in) {
     const TensorType& self = input(args, in);
     return std::vector<TensorType>{{self.dtype, shape_of(args, self.shape)}};
@@ -363,6 +364,7 @@ void register_reshape_ops(OpRegistry& r) {
       return infer_size(args.get_int_list(name), numel(in));
     });
     def.sharding_rule = reshape_rule;
+    def.output_shape_arg = name;
     r.add(schema, std::move(def));
   }
 
@@ -457,6 +459,7 @@ template <class PermOf>
 void add_permute(OpRegistry& r, std::string_view schema, PermOf perm_of) {
   OpDef def;
   def.family = OpFamily::kMovement;
+  def.linearity = Linearity::kLinear;
   def.infer = [perm_of](const OpArgs& args, std::span<const TensorType> in) {
     const TensorType& self = input(args, in);
     Shape shape;
@@ -533,6 +536,7 @@ Shape expand_shape(const OpArgs& args, const TensorType& in) {
 void register_expand(OpRegistry& registry) {
   OpDef def;
   def.family = OpFamily::kMovement;
+  def.linearity = Linearity::kLinear;
   def.infer = [](const OpArgs& args, std::span<const TensorType> in) {
     const TensorType& self = input(args, in);
     return std::vector<TensorType>{{self.dtype, expand_shape(args, self)}};
@@ -571,6 +575,7 @@ void register_expand(OpRegistry& registry) {
     }
     return std::vector<DenseTensor>{view_or_copy(self, view)};
   };
+  def.output_shape_arg = "size";
   registry.add("aten::expand(Tensor(a) self, SymInt[] size, *, bool implicit=False) -> Tensor(a)",
                std::move(def));
 }
@@ -632,6 +637,7 @@ std::vector<int64_t> all_but(int64_t rank, int64_t dim) {
 void register_slice_select(OpRegistry& r) {
   OpDef slice;
   slice.family = OpFamily::kMovement;
+  slice.linearity = Linearity::kLinear;
   slice.infer = [](const OpArgs& args, std::span<const TensorType> in) {
     const TensorType& self = input(args, in);
     return std::vector<TensorType>{
@@ -665,6 +671,7 @@ void register_slice_select(OpRegistry& r) {
 
   OpDef select;
   select.family = OpFamily::kMovement;
+  select.linearity = Linearity::kLinear;
   select.infer = [](const OpArgs& args, std::span<const TensorType> in) {
     const TensorType& self = input(args, in);
     const SelectIndex at = select_index(args, self.shape);
@@ -766,6 +773,7 @@ int64_t outer_count(const Shape& shape, int64_t dim) {
 void register_cat_stack(OpRegistry& r) {
   OpDef cat;
   cat.family = OpFamily::kMovement;
+  cat.linearity = Linearity::kAdditive;
   cat.infer = [](const OpArgs& args, std::span<const TensorType> in) {
     return std::vector<TensorType>{cat_type(args, in)};
   };
@@ -791,6 +799,7 @@ void register_cat_stack(OpRegistry& r) {
 
   OpDef stack;
   stack.family = OpFamily::kMovement;
+  stack.linearity = Linearity::kAdditive;
   stack.infer = [](const OpArgs& args, std::span<const TensorType> in) {
     return std::vector<TensorType>{stack_type(args, in)};
   };
