@@ -34,12 +34,24 @@ int run_ir_command(const IrOptions& options);
 struct RunOptions {
   std::string file;
   int64_t seed = 0;
-  int64_t devices = 1;
+  std::optional<int64_t> devices;  // default: the size of the annotations' mesh
+  bool check = false;
   std::string format = "text";
 };
 
-// `shardflow run FILE`: runs the graph on deterministic random inputs and
-// summarises each output.
+// `shardflow run FILE`: partitions the graph, runs it on in-process devices
+// on deterministic random inputs and summarises each output; --check compares
+// with one device.
 int run_run_command(const RunOptions& options);
+
+struct PartitionOptions {
+  std::string file;
+  std::optional<int64_t> devices;
+  std::string format = "text";
+};
+
+// `shardflow partition FILE`: the shardings of every value, the per-device
+// program and its collectives with their reasons.
+int run_partition_command(const PartitionOptions& options);
 
 }  // namespace shardflow::cli

@@ -2,6 +2,8 @@
 #include <fmt/format.h>
 
 #include <fstream>
+#include <map>
+#include <optional>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -13,8 +15,16 @@
 #include "shardflow/ops/ops.h"
 #include "shardflow/trace/interpreter.h"
 #include "shardflow/trace/ops.h"
+#include "shardflow/partition/program.h"
+#include "shardflow/propagation/propagation.h"
+#include "shardflow/runtime/executor.h"
+#include "shardflow/runtime/runtime.h"
 
 namespace shardflow::cli {
+
+// `run --check`: each element within this times (1 + |expected|) of the
+// one-device result.
+constexpr double kCheckTolerance = 1e-4;
 
 static std::string read_file(const std::string& path) {
   std::ifstream file(path, std::ios::binary);
@@ -85,21 +95,105 @@ static std::vector<DenseTensor> make_inputs(const Graph& graph, int64_t seed) {
   return inputs;
 }
 
-int run_run_command(const RunOptions& options) {
-  if (options.devices != 1) {
-    throw Error(fmt::format("--devices {}: this build runs graphs on one device; the SPMD runtime "
-                            "that partitions them over several devices is not there yet", options.devices));
+// The partitioned program of a graph, for the device count asked for (the
+// size of the annotations' mesh; --devices must agree with it).
+struct Partitioned {
+  PropagationResult shardings;
+  PartitionedProgram program;
+};
+
+static Partitioned partition_for(const Graph& graph, std::optional<int64_t> devices) {
+  PropagationResult shardings = propagate_shardings(graph);
+  const int64_t mesh_size = shardings.mesh()->size();
+  if (devices && *devices != mesh_size) {
+    throw Error(fmt::format("the graph's annotations use a mesh of {} device(s) ({}); run it with "
+                            "--devices {} (got --devices {})", mesh_size, shardings.mesh()->to_string(),
+                            mesh_size, *devices));
   }
+  PartitionedProgram program = partition_graph(graph, shardings);
+  return {std::move(shardings), std::move(program)};
+}
+
+static std::string axes_json_label(const Mesh& mesh, int axis) { return mesh.axis_label(axis); }
+
+int run_partition_command(const PartitionOptions& options) {
   const Graph graph = load_graph(options.file);
-  const std::vector<DenseTensor> outputs = run_graph(graph, make_inputs(graph, options.seed));
+  const Partitioned p = partition_for(graph, options.devices);
+  const Mesh& mesh = *p.program.mesh;
+  if (options.format == "json") {
+    nlohmann::ordered_json values = nlohmann::ordered_json::object();
+    const auto add = [&](const Value* value) {
+      const Sharding& sharding = p.shardings.sharding(value);
+      values["%" + value->name()] = {{"sharding", sharding.to_hlo_v1().to_string()},
+                                     {"readable", sharding.to_readable(value->type().shape, dtype_name(value->type().dtype))}};
+    };
+    for (const Value* input : graph.inputs()) add(input);
+    for (const auto& node : graph.nodes()) {
+      for (const Value* output : node->outputs()) add(output);
+    }
+    nlohmann::ordered_json collectives = nlohmann::ordered_json::array();
+    for (const CollectiveInfo& info : p.program.collectives) {
+      std::vector<std::string> axes;
+      for (int axis : info.axes) axes.push_back(axes_json_label(mesh, axis));
+      collectives.push_back({{"kind", std::string(to_string(info.kind))},
+                             {"axes", axes},
+                             {"bytes_per_device", info.bytes_per_device},
+                             {"value", "%" + info.value->name()},
+                             {"reason", info.reason}});
+    }
+    std::cout << nlohmann::ordered_json{{"values", values}, {"collectives", collectives}, {"warnings", p.program.warnings}}.dump()
+              << "\n";
+    return 0;
+  }
+  std::cout << print_with_shardings(graph, p.shardings) << "\n" << p.program.to_string(graph) << "\n";
+  std::map<std::string, std::pair<int, int64_t>> totals;
+  for (const CollectiveInfo& info : p.program.collectives) {
+    std::cout << info.describe(mesh) << "\n";
+    auto& [count, bytes] = totals[std::string(to_string(info.kind))];
+    ++count;
+    bytes += info.bytes_per_device;
+  }
+  std::cout << fmt::format("\n{} collective(s)", p.program.collectives.size());
+  for (const auto& [kind, total] : totals) {
+    std::cout << fmt::format("; {} {} ({} bytes/device)", total.first, kind, total.second);
+  }
+  std::cout << "\n";
+  for (const std::string& warning : p.program.warnings) std::cout << "warning: " << warning << "\n";
+  return 0;
+}
+
+int run_run_command(const RunOptions& options) {
+  const Graph graph = load_graph(options.file);
+  const Partitioned p = partition_for(graph, options.devices);
+  const std::vector<DenseTensor> input_values = make_inputs(graph, options.seed);
+  std::vector<Tensor> inputs;
+  for (const DenseTensor& value : input_values) inputs.emplace_back(value);
+  std::vector<Tensor> outputs;
+  {
+    Runtime runtime = Runtime::local(p.program.mesh->size());
+    outputs = run_program(p.program, runtime, inputs);
+  }
+  std::optional<std::vector<DenseTensor>> reference;
+  if (options.check) reference = run_graph(graph, input_values);
   nlohmann::ordered_json json_outputs = nlohmann::ordered_json::array();
+  double max_abs = 0, max_rel = 0;
+  bool within = true;
   for (std::size_t i = 0; i < outputs.size(); ++i) {
-    const Tensor output(outputs[i]);
+    const Tensor& output = outputs[i];
     const std::vector<float> values = output.to_floats();
     double sum = 0;
     for (float v : values) sum += v;
     std::vector<double> head;
     for (std::size_t k = 0; k < values.size() && k < 8; ++k) head.push_back(values[k]);
+    if (reference) {
+      const std::vector<float> expected = Tensor((*reference)[i]).to_floats();
+      for (std::size_t k = 0; k < values.size(); ++k) {
+        const double diff = std::abs(static_cast<double>(values[k]) - expected[k]);
+        max_abs = std::max(max_abs, diff);
+        max_rel = std::max(max_rel, diff / std::max(std::abs(static_cast<double>(expected[k])), 1e-6));
+        within = within && diff <= kCheckTolerance * (1 + std::abs(static_cast<double>(expected[k])));
+      }
+    }
     if (options.format == "json") {
       json_outputs.push_back({{"shape", output.shape()},
                               {"dtype", std::string(dtype_name(output.dtype()))},
@@ -112,7 +206,22 @@ int run_run_command(const RunOptions& options) {
                                values.size() > head.size() ? " ..." : "");
     }
   }
-  if (options.format == "json") std::cout << nlohmann::ordered_json{{"outputs", json_outputs}}.dump() << "\n";
+  if (options.format == "json") {
+    nlohmann::ordered_json out{{"outputs", json_outputs}};
+    if (reference) {
+      out["max_abs_diff"] = max_abs;
+      out["max_rel_diff"] = max_rel;
+    }
+    std::cout << out.dump() << "\n";
+  } else if (reference) {
+    std::cout << fmt::format("check against one device: max abs diff {:.3g}, max rel diff {:.3g} ({})\n", max_abs,
+                             max_rel, within ? "within tolerance" : "OUT OF TOLERANCE");
+  }
+  if (reference && !within) {
+    std::cerr << fmt::format("error: the {}-device result differs from the one-device result by up to {:.3g} "
+                             "(tolerance {} * (1 + |expected|))\n", p.program.mesh->size(), max_abs, kCheckTolerance);
+    return 1;
+  }
   return 0;
 }
 

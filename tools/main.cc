@@ -44,17 +44,30 @@ static void add_sharding_command(CLI::App& app, cli::ShardingOptions& options) {
       ->check(CLI::IsMember({"text", "v1", "v2", "json"}));
 }
 
-static void add_ir_commands(CLI::App& app, cli::IrOptions& ir, cli::RunOptions& run) {
+static void add_ir_commands(CLI::App& app, cli::IrOptions& ir, cli::RunOptions& run,
+                            cli::PartitionOptions& partition) {
   CLI::App* ir_command = app.add_subcommand(
       "ir", "Parse, verify and print a graph in shardflow's IR text form (docs/ir.md)");
   ir_command->add_option("file", ir.file, "IR file")->required();
 
   CLI::App* run_command = app.add_subcommand(
-      "run", "Run a graph on deterministic random inputs and summarise its outputs");
+      "run", "Partition a graph, run it on in-process devices on deterministic random inputs, and "
+             "summarise its outputs");
   run_command->add_option("file", run.file, "IR file")->required();
   run_command->add_option("--seed", run.seed, "Seed of the random inputs");
-  run_command->add_option("--devices", run.devices, "Number of devices");
+  run_command->add_option("--devices", run.devices,
+                          "Number of devices (must be the size of the annotations' mesh; default: that size)");
+  run_command->add_flag("--check", run.check,
+                        "Also run on one device without sharding and compare every output (exit 1 if they differ)");
   run_command->add_option("--format", run.format, "Output format")
+      ->check(CLI::IsMember({"text", "json"}));
+
+  CLI::App* partition_command = app.add_subcommand(
+      "partition", "Propagate shardings and partition a graph: every value's sharding, the per-device "
+                   "program, and each collective with the reason it is there");
+  partition_command->add_option("file", partition.file, "IR file")->required();
+  partition_command->add_option("--devices", partition.devices, "Number of devices (the annotations' mesh size)");
+  partition_command->add_option("--format", partition.format, "Output format")
       ->check(CLI::IsMember({"text", "json"}));
 }
 
@@ -65,7 +78,8 @@ int main(int argc, char** argv) {
   add_sharding_command(app, sharding_options);
   cli::IrOptions ir_options;
   cli::RunOptions run_options;
-  add_ir_commands(app, ir_options, run_options);
+  cli::PartitionOptions partition_options;
+  add_ir_commands(app, ir_options, run_options, partition_options);
 
   try {
     app.parse(argc, argv);
@@ -84,6 +98,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("sharding")) return cli::run_sharding_command(sharding_options);
     if (app.got_subcommand("ir")) return cli::run_ir_command(ir_options);
     if (app.got_subcommand("run")) return cli::run_run_command(run_options);
+    if (app.got_subcommand("partition")) return cli::run_partition_command(partition_options);
   } catch (const cli::UsageError& error) {
     std::cerr << "error: " << one_line(error.what()) << "\n";
     return 2;

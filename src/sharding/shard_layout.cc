@@ -164,32 +164,36 @@ static std::vector<int64_t> sizes_of(const DeviceShard& shard) {
   return sizes;
 }
 
-void split_into_shards(const ShardLayout& layout, std::span<const std::byte> global,
-                       std::size_t element_size, std::span<const std::span<std::byte>> shards) {
+void copy_shard(const ShardLayout& layout, std::size_t index, std::span<const std::byte> global,
+                std::size_t element_size, std::span<std::byte> shard) {
   const auto expected = static_cast<std::size_t>(element_count(layout.global_shape)) * element_size;
   if (global.size() != expected) {
     throw Error(fmt::format("tensor {} of {}-byte elements needs {} bytes, got {}",
                             python_int_tuple(layout.global_shape), element_size, expected,
                             global.size()));
   }
+  const DeviceShard& device_shard = layout.shards.at(index);
+  const auto shard_bytes = static_cast<std::size_t>(layout.shard_elements()) * element_size;
+  if (shard.size() != shard_bytes) {
+    throw Error(fmt::format("shard buffer of device {} has {} bytes but the padded shard shape "
+                            "{} needs {}", device_shard.device, shard.size(),
+                            python_int_tuple(layout.shard_shape), shard_bytes));
+  }
+  const std::vector<int64_t> sizes = sizes_of(device_shard);
+  if (sizes != layout.shard_shape && shard_bytes > 0) std::memset(shard.data(), 0, shard_bytes);  // padding
+  const std::vector<int64_t> zeros(layout.global_shape.size(), 0);
+  copy_box(global.data(), layout.global_shape, starts_of(device_shard), shard.data(),
+           layout.shard_shape, zeros, sizes, element_size);
+}
+
+void split_into_shards(const ShardLayout& layout, std::span<const std::byte> global,
+                       std::size_t element_size, std::span<const std::span<std::byte>> shards) {
   if (shards.size() != layout.shards.size()) {
     throw Error(fmt::format("expected {} shard buffers (one per device of the layout), got {}",
                             layout.shards.size(), shards.size()));
   }
-  const auto shard_bytes = static_cast<std::size_t>(layout.shard_elements()) * element_size;
-  const std::vector<int64_t> zeros(layout.global_shape.size(), 0);
   for (std::size_t i = 0; i < shards.size(); ++i) {
-    if (shards[i].size() != shard_bytes) {
-      throw Error(fmt::format("shard buffer of device {} has {} bytes but the padded shard shape "
-                              "{} needs {}", layout.shards[i].device, shards[i].size(),
-                              python_int_tuple(layout.shard_shape), shard_bytes));
-    }
-    const std::vector<int64_t> sizes = sizes_of(layout.shards[i]);
-    if (sizes != layout.shard_shape && shard_bytes > 0) {
-      std::memset(shards[i].data(), 0, shard_bytes);  // padding
-    }
-    copy_box(global.data(), layout.global_shape, starts_of(layout.shards[i]), shards[i].data(),
-             layout.shard_shape, zeros, sizes, element_size);
+    copy_shard(layout, i, global, element_size, shards[i]);
   }
 }
 

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <fstream>
 
 #include "shardflow/base/error.h"
@@ -12,6 +13,12 @@
 #include "trace_context.h"
 
 namespace shardflow {
+
+static std::atomic<GraphRunner*> g_runner{nullptr};
+
+GraphRunner* graph_runner() { return g_runner.load(); }
+
+GraphRunner* set_graph_runner(GraphRunner* runner) { return g_runner.exchange(runner); }
 
 void throw_compiled_not_called() {
   throw Error("the compiled function has not been called yet, so it has no graph");
@@ -29,6 +36,9 @@ struct CacheEntry {
   std::vector<TensorType> input_types;
   std::vector<std::string> input_shardings;
   std::vector<std::string> captured_shardings;
+  // What the runner made of the graph, and which runner.
+  std::shared_ptr<const PreparedGraph> prepared;
+  GraphRunner* prepared_by = nullptr;
 };
 
 }  // namespace
@@ -37,7 +47,7 @@ struct CompiledFunction::State {
   Body body;
   std::string name;
   std::vector<std::unique_ptr<CacheEntry>> entries;  // most recently used first
-  const CacheEntry* last = nullptr;
+  CacheEntry* last = nullptr;
   CompileStats stats;
 
   static constexpr std::size_t kMaxEntries = 8;
@@ -56,7 +66,7 @@ struct CompiledFunction::State {
 
   // The cache entry for these inputs (tracing a new one if needed) and the
   // captured tensors of this call.
-  std::pair<const CacheEntry*, std::vector<std::shared_ptr<TensorImpl>>> lookup(
+  std::pair<CacheEntry*, std::vector<std::shared_ptr<TensorImpl>>> lookup(
       const std::vector<Tensor>& inputs) {
     ops::register_all_ops();
     std::vector<TensorType> types;
@@ -110,6 +120,21 @@ CompiledFunction::CompiledFunction(Body body, std::string name) : state_(std::ma
 
 std::vector<Tensor> CompiledFunction::call(const std::vector<Tensor>& inputs) {
   auto [entry, captured] = state_->lookup(inputs);
+  if (GraphRunner* runner = graph_runner()) {
+    CacheEntry& mutable_entry = *entry;
+    std::vector<Tensor> all_inputs = inputs;
+    for (std::size_t c = 0; c < captured.size(); ++c) {
+      const CapturedTensor& kept = entry->record.captured[c];
+      all_inputs.push_back(kept.by_value ? Tensor(*kept.by_value) : Tensor(captured[c]));
+    }
+    if (mutable_entry.prepared_by != runner) {
+      std::vector<std::optional<Sharding>> shardings;
+      for (const Tensor& input : all_inputs) shardings.push_back(input.sharding());
+      mutable_entry.prepared = runner->prepare(entry->record.graph, shardings);
+      mutable_entry.prepared_by = runner;
+    }
+    return runner->run(*mutable_entry.prepared, all_inputs);
+  }
   std::vector<DenseTensor> values;
   const auto value_of = [&](const Tensor& tensor, const Value& input) {
     if (tensor.is_meta()) {
@@ -139,6 +164,12 @@ const Graph& CompiledFunction::graph() const {
 }
 
 std::string CompiledFunction::graph_text() const { return print_graph(graph()); }
+
+std::string CompiledFunction::program_text() const {
+  if (state_->last == nullptr) throw_compiled_not_called();
+  if (state_->last->prepared) return state_->last->prepared->describe(state_->last->record.graph);
+  return graph_text();
+}
 
 void CompiledFunction::save_graph(const std::filesystem::path& path) const {
   std::ofstream file(path);

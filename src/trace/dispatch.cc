@@ -3,11 +3,16 @@
 // record a node (tracing).
 #include <fmt/format.h>
 
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+
 #include "shardflow/base/error.h"
 #include "shardflow/ir/binding.h"
 #include "shardflow/ir/text.h"
 #include "shardflow/ops/ops.h"
 #include "shardflow/trace/call.h"
+#include "shardflow/trace/compile.h"
 #include "trace_context.h"
 
 namespace shardflow {
@@ -37,6 +42,74 @@ static OpArgs drop_unused_tensors(const OpArgs& bound, std::vector<std::shared_p
   tensors = std::move(kept);
   types = std::move(kept_types);
   return OpArgs(bound.schema(), std::move(args));
+}
+
+// Eager SPMD: an op on eagerly sharded tensors, with a multi-device runtime
+// installed, runs as a one-op graph through the runtime's pipeline
+// (propagation, partitioning, execution), so its result comes back sharded.
+// The prepared graphs are cached by the call's signature.
+static std::optional<std::vector<Tensor>> run_sharded(const OpDef& op, const OpArgs& bound,
+                                                      const std::vector<std::shared_ptr<TensorImpl>>& tensors,
+                                                      const std::vector<TensorType>& output_types) {
+  GraphRunner* runner = graph_runner();
+  if (runner == nullptr) return std::nullopt;
+  bool any_sharded = false;
+  for (const auto& tensor : tensors) {
+    if (tensor->meta) return std::nullopt;
+    any_sharded = any_sharded || tensor->sharding.has_value();
+  }
+  if (!any_sharded) return std::nullopt;
+
+  std::string key = fmt::format("{}|{}|", op.full_name(), static_cast<const void*>(runner));
+  for (const BoundArg& arg : bound.all()) {
+    key += arg.kind == BoundArg::Kind::kConstant ? arg.constant.to_string() : "T";
+    key += ";";
+  }
+  std::vector<std::optional<Sharding>> shardings;
+  for (const auto& tensor : tensors) {
+    key += tensor->type.to_string();
+    key += tensor->sharding ? tensor->sharding->mesh().to_string() + tensor->sharding->to_readable() : "-";
+    shardings.push_back(tensor->sharding);
+  }
+  struct Cached {
+    std::unique_ptr<Graph> graph;
+    std::shared_ptr<const PreparedGraph> prepared;
+  };
+  static std::mutex mutex;
+  static std::unordered_map<std::string, Cached> cache;
+  std::shared_ptr<const PreparedGraph> prepared;
+  {
+    std::lock_guard lock(mutex);
+    if (auto found = cache.find(key); found != cache.end()) prepared = found->second.prepared;
+  }
+  if (!prepared) {
+    auto graph = std::make_unique<Graph>(std::string(op.schema.name()));
+    std::vector<Value*> inputs;
+    for (const auto& tensor : tensors) inputs.push_back(graph->add_input(tensor->type));
+    std::vector<NodeArg> args;
+    for (const BoundArg& arg : bound.all()) {
+      NodeArg node_arg;
+      if (arg.kind == BoundArg::Kind::kConstant) {
+        node_arg.value = arg.constant;
+      } else if (arg.kind == BoundArg::Kind::kTensor) {
+        node_arg.value = inputs[static_cast<std::size_t>(arg.tensors[0])];
+      } else {
+        std::vector<Value*> list;
+        for (int index : arg.tensors) list.push_back(inputs[static_cast<std::size_t>(index)]);
+        node_arg.value = std::move(list);
+      }
+      args.push_back(std::move(node_arg));
+    }
+    Node* node = graph->add_node(op, std::move(args), output_types);
+    graph->set_outputs(node->outputs());
+    prepared = runner->prepare(*graph, shardings);
+    std::lock_guard lock(mutex);
+    if (cache.size() >= 1024) cache.clear();  // bounded: signatures are few in practice
+    cache.emplace(key, Cached{std::move(graph), prepared});
+  }
+  std::vector<Tensor> inputs;
+  for (const auto& tensor : tensors) inputs.emplace_back(tensor);
+  return runner->run(*prepared, inputs);
 }
 
 namespace ops {
@@ -79,6 +152,9 @@ std::vector<Tensor> call_multi(std::string_view name, std::vector<Arg> args) {
   std::vector<TensorType> output_types = op->infer(bound, types);
   if (trace != nullptr && trace->must_record(tensors)) {
     return trace->record(*op, bound, tensors, std::move(output_types));
+  }
+  if (trace == nullptr) {
+    if (auto spmd = run_sharded(*op, bound, tensors, output_types)) return std::move(*spmd);
   }
   const uint64_t trace_id = trace != nullptr ? trace->id() : 0;
   std::vector<Tensor> outputs;

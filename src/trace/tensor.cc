@@ -85,6 +85,27 @@ Tensor Tensor::scalar(double value, DType dtype) {
   return Tensor(std::move(data));
 }
 
+Tensor Tensor::from_shards(DType dtype, Shape shape, const Sharding& sharding,
+                           std::vector<DenseTensor> shards) {
+  auto impl = std::make_shared<TensorImpl>();
+  ShardLayout layout = shard_layout(sharding, shape);
+  if (shards.size() != layout.shards.size()) {
+    throw Error(fmt::format("{} shards given for a layout of {} devices", shards.size(), layout.shards.size()));
+  }
+  for (const DenseTensor& shard : shards) {
+    if (shard.dtype() != dtype || shard.shape() != layout.shard_shape) {
+      throw Error(fmt::format("a shard is {}{} but the layout needs {}{}", dtype_name(shard.dtype()),
+                              shape_to_string(shard.shape()), dtype_name(dtype), shape_to_string(layout.shard_shape)));
+    }
+  }
+  impl->type = {dtype, std::move(shape)};
+  impl->sharding = sharding;
+  impl->layout = std::move(layout);
+  impl->shards = std::move(shards);
+  if (TraceContext* trace = TraceContext::current()) impl->trace_id = trace->id();
+  return Tensor(std::move(impl));
+}
+
 const TensorType& Tensor::type() const {
   if (!impl_) throw Error("the tensor is undefined (default-constructed)");
   return impl_->type;

@@ -61,8 +61,11 @@ ShardLayout shard_layout(const Sharding& sharding, std::span<const int64_t> shap
 std::vector<std::vector<std::byte>> split_into_shards(const ShardLayout& layout,
                                                       std::span<const std::byte> global,
                                                       std::size_t element_size);
-// The same into existing buffers (e.g. device memory), one per shard, each of
-// shard_elements() * element_size bytes.
+// One device's padded shard (`layout.shards[index]`) into `shard`.
+void copy_shard(const ShardLayout& layout, std::size_t index, std::span<const std::byte> global,
+                std::size_t element_size, std::span<std::byte> shard);
+// All shards into existing buffers (e.g. device memory), one per shard, each
+// of shard_elements() * element_size bytes.
 void split_into_shards(const ShardLayout& layout, std::span<const std::byte> global,
                        std::size_t element_size, std::span<const std::span<std::byte>> shards);
 // Rebuilds the global tensor from padded shards, reading replica 0 of each tile.

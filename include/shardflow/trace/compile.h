@@ -21,6 +21,8 @@
 
 #include <filesystem>
 #include <functional>
+#include <optional>
+#include <span>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -29,9 +31,36 @@
 #include <vector>
 
 #include "shardflow/ir/graph.h"
+#include "shardflow/sharding/sharding.h"
 #include "shardflow/trace/tensor.h"
 
 namespace shardflow {
+
+// What runs a traced graph. Without one, compile() runs graphs on one device
+// with the reference kernels; a multi-device runtime installs one that
+// propagates shardings, partitions the graph and runs it on its devices.
+// (This keeps compile() free of the later pipeline stages.)
+class PreparedGraph {
+ public:
+  virtual ~PreparedGraph() = default;
+  // The graph with each value's sharding, and the collectives with their reasons.
+  virtual std::string describe(const Graph& graph) const = 0;
+};
+
+class GraphRunner {
+ public:
+  virtual ~GraphRunner() = default;
+  // Once per cached trace: `input_shardings[i]` is the eager layout of graph
+  // input i (explicit inputs, then captured tensors), if any.
+  virtual std::shared_ptr<const PreparedGraph> prepare(const Graph& graph,
+                                                       std::span<const std::optional<Sharding>> input_shardings) = 0;
+  // Every call: one tensor per graph input; returns one per graph output.
+  virtual std::vector<Tensor> run(const PreparedGraph& prepared, std::span<const Tensor> inputs) = 0;
+};
+
+GraphRunner* graph_runner();
+// Installs `runner` (nullptr: the one-device interpreter); returns the previous one.
+GraphRunner* set_graph_runner(GraphRunner* runner);
 
 struct CompileStats {
   int64_t traces = 0;          // full traces (graphs built)
@@ -54,6 +83,9 @@ class CompiledFunction {
   // The graph of the most recent call; an error before the first.
   const Graph& graph() const;
   std::string graph_text() const;
+  // The graph as the runner prepared it: shardings of every value and the
+  // collectives with their reasons (the plain graph on one device).
+  std::string program_text() const;
   void save_graph(const std::filesystem::path& path) const;
   const CompileStats& stats() const;
 
@@ -109,6 +141,7 @@ class Compiled {
 
   const Graph& graph() const { return checked_core().graph(); }
   std::string graph_text() const { return checked_core().graph_text(); }
+  std::string program_text() const { return checked_core().program_text(); }
   void save_graph(const std::filesystem::path& path) const { checked_core().save_graph(path); }
   CompileStats stats() const { return shared_->core ? shared_->core->stats() : CompileStats{}; }
 

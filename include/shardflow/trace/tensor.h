@@ -46,6 +46,11 @@ class Tensor {
   static Tensor from_floats(std::span<const float> values, Shape shape);
   static Tensor from_ints(std::span<const int64_t> values, Shape shape, DType dtype = DType::kI64);
   static Tensor scalar(double value, DType dtype = DType::kF32);
+  // A tensor laid out across devices: one padded shard per device of
+  // shard_layout(sharding, shape), in that order (as the SPMD runtime
+  // returns results).
+  static Tensor from_shards(DType dtype, Shape shape, const Sharding& sharding,
+                            std::vector<DenseTensor> shards);
 
   bool defined() const { return impl_ != nullptr; }
   const TensorType& type() const;

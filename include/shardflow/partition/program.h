@@ -1,0 +1,90 @@
+// The SPMD program: one instruction list that every device runs on its own
+// shards, parameterised by the device's mesh coordinates (which shard it
+// holds, which groups it talks to). Its size does not depend on the number of
+// devices.
+//
+// Local buffers live in numbered slots. Each slot holds the device's shard of
+// some value: a dim sharded over mesh axes A holds ceil(size / |A|) entries
+// (the padded shard size), of which the device's tile t (its coordinates over
+// A, major to minor) covers [min(t * s, size), min((t + 1) * s, size)).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shardflow/ir/graph.h"
+#include "shardflow/propagation/propagation.h"
+#include "shardflow/sharding/sharding.h"
+
+namespace shardflow {
+
+enum class CollectiveKind { kAllReduce, kAllGather, kReduceScatter, kAllToAll, kCollectivePermute };
+// "all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute"
+std::string_view to_string(CollectiveKind kind);
+
+// A collective as the program reports it.
+struct CollectiveInfo {
+  CollectiveKind kind = CollectiveKind::kAllReduce;
+  std::vector<int> axes;        // the mesh axes it runs over
+  ReductionOp reduction = ReductionOp::kSum;
+  int64_t bytes_per_device = 0; // the local buffer it produces (or reduces, for all-reduce)
+  const Value* value = nullptr; // the graph value it moves
+  std::string reason;           // one line: why it is there, with the origin of the sharding
+  // The device groups it runs in (one per combination of the other axes).
+  std::vector<std::vector<int64_t>> groups(const Mesh& mesh) const;
+  // "all-reduce over 'model' (2 MiB/device): <reason>"
+  std::string describe(const Mesh& mesh) const;
+};
+
+enum class InstructionKind {
+  kCompute,      // run an op's kernel on local shards
+  kCollective,   // see `collective`
+  kLocalSlice,   // keep the device's tile of a dim (no communication)
+  kMaskPadding,  // overwrite a dim's padding with `fill` (before a reduction over it)
+};
+
+struct Instruction {
+  InstructionKind kind = InstructionKind::kCompute;
+  std::vector<int> inputs;   // slots
+  std::vector<int> outputs;  // slots
+  // kCompute: the op and its arguments for local shapes (tensor indices refer
+  // to `inputs`).
+  const OpDef* op = nullptr;
+  std::vector<BoundArg> args;
+  // kCollective: index into PartitionedProgram::collectives.
+  int collective = -1;
+  // Dims: the tensor dim a gather, scatter, slice or mask works on; for
+  // all-to-all, `dim` is split and `concat_dim` gathered.
+  int dim = 0;
+  int concat_dim = 0;
+  int64_t global_size = 0;         // the dim's global extent
+  std::vector<int> axes_before;    // the dim's sharding before (slices, masks)
+  std::vector<int> axes_after;     // and after
+  double fill = 0;                 // kMaskPadding
+  double scale = 1;                // kCompute: multiply the result by it (mean over a sharded dim)
+};
+
+struct PartitionedProgram {
+  std::shared_ptr<const Mesh> mesh;
+  std::vector<TensorType> slots;          // local (padded) types
+  std::vector<Instruction> instructions;
+  std::vector<int> input_slots;           // one per graph input
+  std::vector<Sharding> input_shardings;  // the layout each input is fed in
+  std::vector<int> output_slots;          // one per graph output
+  std::vector<Sharding> output_shardings; // the layout each output comes out in
+  std::vector<TensorType> output_types;   // their global types
+  std::vector<CollectiveInfo> collectives;
+  std::vector<std::string> warnings;      // full rematerialisations, with the op that caused them
+
+  // The per-device program as text, one instruction per line.
+  std::string to_string(const Graph& graph) const;
+};
+
+// Partitions a graph whose values have shardings (propagate_shardings).
+PartitionedProgram partition_graph(const Graph& graph, const PropagationResult& shardings);
+
+// The padded local shape of a tensor under a sharding.
+Shape local_shape(const Shape& global, const Sharding& sharding);
+
+}  // namespace shardflow

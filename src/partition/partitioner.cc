@@ -1,0 +1,432 @@
+// The SPMD partitioner: one local program for all devices.
+//
+// For each op, in graph order:
+//  1. settle how its factors are sharded: a factor the result has takes the
+//     result's axes (propagation chose them); other factors (contracted or
+//     reduced dims) take their operands' axes where those are free; factors
+//     that need replication take none;
+//  2. reshard every operand whose layout differs from what the factors ask
+//     (reshard.cc), except that partial sums may stay partial through ops
+//     that are linear in them;
+//  3. overwrite padding with the reduction's identity where a sharded dim is
+//     reduced or contracted and does not divide evenly;
+//  4. run the op's kernel on the local shards (shape arguments rewritten to
+//     local shapes); a sharded contraction leaves a partial sum over its axes.
+// Graph outputs are reduced and laid out as propagation said.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+#include <optional>
+#include <unordered_map>
+
+#include "partitioner.h"
+#include "shardflow/base/error.h"
+#include "shardflow/ir/text.h"
+#include "shardflow/ops/mark_sharding.h"
+
+namespace shardflow {
+
+using partition_detail::DimAxes;
+using partition_detail::padded_shape;
+using partition_detail::ProgramBuilder;
+using partition_detail::Rep;
+using partition_detail::ReshardWhy;
+
+Shape local_shape(const Shape& global, const Sharding& sharding) {
+  return padded_shape(sharding.mesh(), global, sharding.all_dim_axes());
+}
+
+namespace {
+
+// Splits a dim's axes over its factors (major first); see propagation.cc for
+// the same projection. Returns per factor the axes it takes.
+void project_dim(const Mesh& mesh, const OpShardingRule& rule, const std::vector<int>& factors,
+                 const std::vector<int>& axes, std::vector<std::vector<int>>& out) {
+  std::size_t next = 0;
+  for (std::size_t i = 0; i < factors.size(); ++i) {
+    const auto f = static_cast<std::size_t>(factors[i]);
+    const bool last = i + 1 == factors.size();
+    int64_t product = 1;
+    std::vector<int> taken;
+    while (next < axes.size()) {
+      const int64_t with = product * mesh.axis_size(axes[next]);
+      if (!last && rule.factors[f].size % with != 0) break;
+      taken.push_back(axes[next++]);
+      product = with;
+    }
+    out[f] = std::move(taken);
+    if (!last && product != rule.factors[f].size) break;
+  }
+}
+
+// The dims' axes a tensor gets from the factors' axes.
+DimAxes project_back(const Mesh& mesh, const OpShardingRule& rule, const DimFactors& mapping,
+                     const std::vector<std::vector<int>>& factor_axes) {
+  DimAxes dims(mapping.size());
+  for (std::size_t d = 0; d < mapping.size(); ++d) {
+    for (std::size_t i = 0; i < mapping[d].size(); ++i) {
+      const auto f = static_cast<std::size_t>(mapping[d][i]);
+      const std::vector<int>& axes = factor_axes[f];
+      const bool last = i + 1 == mapping[d].size();
+      int64_t size = 1;
+      for (int axis : axes) size *= mesh.axis_size(axis);
+      if (!last && rule.factors[f].size % size != 0) break;
+      dims[d].insert(dims[d].end(), axes.begin(), axes.end());
+      if (!last && size != rule.factors[f].size) break;
+    }
+  }
+  return dims;
+}
+
+// A dim made of several factors (a reshape's merged dim) can carry only
+// shardings of its factors that are blocks of the dim: every sharded factor
+// divides evenly, and a factor is sharded only if the factors before it are
+// sharded whole. Clears factor axes until every tensor can represent them.
+void make_representable(const OpShardingRule& rule, std::vector<std::vector<int>>& factor_axes,
+                        const Mesh& mesh) {
+  const auto size_of = [&](const std::vector<int>& axes) {
+    int64_t size = 1;
+    for (int axis : axes) size *= mesh.axis_size(axis);
+    return size;
+  };
+  bool changed = true;
+  while (changed) {
+    changed = false;
+    const auto check = [&](const DimFactors& mapping) {
+      for (const std::vector<int>& factors : mapping) {
+        int nontrivial = 0;
+        for (int f : factors) nontrivial += rule.factors[static_cast<std::size_t>(f)].size > 1 ? 1 : 0;
+        if (nontrivial <= 1) continue;
+        bool blocked = false;  // an earlier factor is not sharded whole
+        for (int f : factors) {
+          std::vector<int>& axes = factor_axes[static_cast<std::size_t>(f)];
+          const int64_t size = rule.factors[static_cast<std::size_t>(f)].size;
+          if (!axes.empty() && (blocked || size % size_of(axes) != 0)) {
+            axes.clear();
+            changed = true;
+          }
+          if (size_of(axes) != size && size > 1) blocked = true;
+        }
+      }
+    };
+    for (const DimFactors& mapping : rule.operands) check(mapping);
+    for (const DimFactors& mapping : rule.results) check(mapping);
+  }
+}
+
+class Partitioner {
+ public:
+  Partitioner(const Graph& graph, const PropagationResult& shardings, PartitionedProgram& program)
+      : graph_(graph), shardings_(shardings), mesh_(*shardings.mesh()), builder_(program, mesh_),
+        program_(program) {}
+
+  void run() {
+    for (const Value* input : graph_.inputs()) {
+      const Sharding& sharding = shardings_.sharding(input);
+      Rep rep;
+      rep.dims = sharding.all_dim_axes();
+      rep.slot = builder_.new_slot({input->type().dtype, padded_shape(mesh_, input->type().shape, rep.dims)});
+      reps_[input] = rep;
+      program_.input_slots.push_back(rep.slot);
+      program_.input_shardings.push_back(sharding);
+    }
+    for (const auto& node : graph_.nodes()) {
+      if (node->op().full_name() == ops::kMarkShardingOp) {
+        lower_annotation(*node);
+      } else {
+        lower_op(*node);
+      }
+    }
+    for (std::size_t i = 0; i < graph_.outputs().size(); ++i) {
+      const Value* output = graph_.outputs()[i];
+      const Sharding& sharding = shardings_.sharding(output);
+      const Rep rep = reshard_value(output, sharding.all_dim_axes(), fmt::format("output {}", i));
+      program_.output_slots.push_back(rep.slot);
+      program_.output_shardings.push_back(sharding);
+      program_.output_types.push_back(output->type());
+    }
+  }
+
+ private:
+  std::string node_text(const Node& node) const {
+    return fmt::format("%{} {}", node.outputs().empty() ? "?" : node.output()->name(), node.op().full_name());
+  }
+
+  std::string origin_text(const Value* value, int dim) const {
+    return shardings_.origin(value, dim).describe();
+  }
+
+  Rep reshard_value(const Value* value, const DimAxes& target, std::string consumer) {
+    const Rep& rep = reps_.at(value);
+    if (rep.dims == target && rep.unreduced.empty()) return rep;
+    ReshardWhy why;
+    why.value = value;
+    why.consumer = std::move(consumer);
+    why.origin = [this, value](int dim) { return origin_text(value, dim); };
+    return partition_detail::reshard(builder_, rep, target, value->type().shape, value->type().dtype, why);
+  }
+
+  void lower_annotation(const Node& node) {
+    const Value* input = node.inputs()[0];
+    const Value* output = node.output();
+    reps_[output] = reshard_value(input, shardings_.sharding(output).all_dim_axes(),
+                                  fmt::format("the annotation at %{}", output->name()));
+  }
+
+  // Whether operand `index` may stay a partial sum through this op.
+  static bool keeps_partial(const Node& node, const std::vector<const Rep*>& operands, std::size_t index) {
+    const Rep& rep = *operands[index];
+    const auto partial = [](const Rep* r) { return !r->unreduced.empty(); };
+    const auto same_partial = [&](const Rep* r) {
+      return r->unreduced == rep.unreduced && r->reduction == rep.reduction;
+    };
+    const std::size_t partial_count = static_cast<std::size_t>(std::count_if(operands.begin(), operands.end(), partial));
+    if (rep.reduction != ReductionOp::kSum) return false;  // max/min partials: linear ops do not commute
+    switch (node.op().linearity) {
+      case Linearity::kNone: return false;
+      case Linearity::kLinear: return operands.size() == 1;
+      case Linearity::kAdditive: return std::all_of(operands.begin(), operands.end(), same_partial);
+      case Linearity::kBilinear: return partial_count == 1;
+      case Linearity::kNumerator: return index == 0 && partial_count == 1;
+    }
+    return false;
+  }
+
+  void lower_op(const Node& node) {
+    const OpDef& op = node.op();
+    const std::vector<Value*> operands = node.inputs();
+    std::vector<TensorType> in_types, out_types;
+    for (const Value* v : operands) in_types.push_back(v->type());
+    for (const Value* v : node.outputs()) out_types.push_back(v->type());
+    const OpArgs global_args = node.op_args();
+    const OpShardingRule rule = op.sharding_rule(global_args, in_types, out_types);
+
+    // 1. Factor shardings: agreed contractions, then what the results have,
+    // then what operands offer.
+    std::vector<std::vector<int>> factor_axes(rule.factors.size());
+    std::vector<bool> settled(rule.factors.size(), false);
+    std::vector<bool> used(static_cast<std::size_t>(mesh_.num_axes()), false);
+    // Factors the results do not have are sharded only when they are
+    // contracted: an operand-only dim (a broadcast size-1 dim, say) must be
+    // whole on every device. Size-1 factors are never sharded.
+    std::vector<bool> in_results(rule.factors.size(), false);
+    for (const DimFactors& mapping : rule.results) {
+      for (const std::vector<int>& factors : mapping) {
+        for (int f : factors) in_results[static_cast<std::size_t>(f)] = true;
+      }
+    }
+    const auto take = [&](std::size_t f, const std::vector<int>& axes) {
+      if (settled[f] || rule.factors[f].kind == FactorKind::kNeedReplication) return;
+      if (rule.factors[f].size <= 1) return;
+      if (!in_results[f] && rule.factors[f].kind != FactorKind::kReduction) return;
+      std::vector<int> free;
+      for (int axis : axes) {
+        if (used[static_cast<std::size_t>(axis)]) break;
+        free.push_back(axis);
+      }
+      if (free.empty()) return;
+      for (int axis : free) used[static_cast<std::size_t>(axis)] = true;
+      factor_axes[f] = std::move(free);
+      settled[f] = true;
+    };
+    // A partial sum that may stay partial through this op keeps its axes to
+    // itself: a value cannot be both summed over an axis and split by it.
+    std::vector<const Rep*> current;
+    for (const Value* v : operands) current.push_back(&reps_.at(v));
+    for (std::size_t o = 0; o < operands.size(); ++o) {
+      if (current[o]->unreduced.empty() || !keeps_partial(node, current, o)) continue;
+      for (int axis : current[o]->unreduced) used[static_cast<std::size_t>(axis)] = true;
+    }
+    // What each operand's current layout says about each factor.
+    std::vector<std::vector<std::vector<int>>> offered(operands.size());
+    for (std::size_t o = 0; o < operands.size(); ++o) {
+      const DimAxes& dims = reps_.at(operands[o]).dims;
+      offered[o].resize(rule.factors.size());
+      for (std::size_t d = 0; d < dims.size(); ++d) project_dim(mesh_, rule, rule.operands[o][d], dims[d], offered[o]);
+    }
+    // A factor only the results have (stack's new dim) can be sharded only
+    // when the op can make a local shape of any size (it has a shape
+    // argument); otherwise the result is made whole along it and sliced.
+    std::vector<bool> in_operands(rule.factors.size(), false);
+    for (const DimFactors& mapping : rule.operands) {
+      for (const std::vector<int>& factors : mapping) {
+        for (int f : factors) in_operands[static_cast<std::size_t>(f)] = true;
+      }
+    }
+    if (!op.position_dependent) {
+      // A contraction its operands already agree on costs no operand
+      // communication, only a reduction of the result (a reduce-scatter when
+      // the result is wanted sharded): settle it first.
+      for (std::size_t f = 0; f < rule.factors.size(); ++f) {
+        if (rule.factors[f].kind != FactorKind::kReduction) continue;
+        std::optional<std::vector<int>> agreed;
+        bool all_agree = true;
+        for (std::size_t o = 0; o < operands.size(); ++o) {
+          const bool has = std::any_of(rule.operands[o].begin(), rule.operands[o].end(), [&](const auto& factors) {
+            return std::find(factors.begin(), factors.end(), static_cast<int>(f)) != factors.end();
+          });
+          if (!has) continue;
+          if (!agreed) agreed = offered[o][f];
+          all_agree = all_agree && *agreed == offered[o][f];
+        }
+        if (agreed && all_agree) take(f, *agreed);
+      }
+      for (std::size_t r = 0; r < node.outputs().size(); ++r) {
+        const DimAxes& dims = shardings_.sharding(node.outputs()[r]).all_dim_axes();
+        std::vector<std::vector<int>> projected(rule.factors.size());
+        for (std::size_t d = 0; d < dims.size(); ++d) project_dim(mesh_, rule, rule.results[r][d], dims[d], projected);
+        for (std::size_t f = 0; f < projected.size(); ++f) {
+          if (in_operands[f] || !op.output_shape_arg.empty()) take(f, projected[f]);
+        }
+      }
+      for (std::size_t o = 0; o < operands.size(); ++o) {
+        for (std::size_t f = 0; f < rule.factors.size(); ++f) take(f, offered[o][f]);
+      }
+    }
+
+    make_representable(rule, factor_axes, mesh_);
+    // A sharded contraction leaves partial sums; an operand without that
+    // factor (linear's bias) would then be added once per shard. Such a
+    // contraction is not sharded.
+    for (std::size_t f = 0; f < rule.factors.size(); ++f) {
+      if (rule.factors[f].kind != FactorKind::kReduction || factor_axes[f].empty()) continue;
+      for (const DimFactors& mapping : rule.operands) {
+        const bool has = std::any_of(mapping.begin(), mapping.end(), [&](const std::vector<int>& factors) {
+          return std::find(factors.begin(), factors.end(), static_cast<int>(f)) != factors.end();
+        });
+        if (!has) factor_axes[f].clear();
+      }
+    }
+
+    // 2. Operands in the layout the factors ask for.
+    std::vector<Rep> local;
+    for (std::size_t o = 0; o < operands.size(); ++o) {
+      const DimAxes wanted = project_back(mesh_, rule, rule.operands[o], factor_axes);
+      Rep rep = *current[o];
+      const bool keep_partial = !rep.unreduced.empty() && keeps_partial(node, current, o);
+      if (rep.dims != wanted || (!rep.unreduced.empty() && !keep_partial)) {
+        const ReshardWhy why{operands[o], node_text(node),
+                             [this, v = operands[o]](int d) { return origin_text(v, d); }};
+        const TensorType& type = operands[o]->type();
+        if (keep_partial) {
+          // Move the layout of a partial sum without reducing it: gathering
+          // or slicing partials of the same reduction group keeps them partial.
+          Rep layout = rep;
+          layout.unreduced.clear();
+          Rep moved = partition_detail::reshard(builder_, layout, wanted, type.shape, type.dtype, why);
+          moved.unreduced = rep.unreduced;
+          moved.reduction = rep.reduction;
+          moved.unreduced_reason = rep.unreduced_reason;
+          rep = std::move(moved);
+        } else {
+          rep = partition_detail::reshard(builder_, rep, wanted, type.shape, type.dtype, why);
+        }
+      }
+      local.push_back(std::move(rep));
+    }
+
+    // 3. Padding of sharded reduced dims holds the reduction's identity.
+    std::vector<int> partial_axes;
+    ReductionOp reduction = ReductionOp::kSum;
+    std::string partial_reason;
+    double scale = 1;
+    for (std::size_t f = 0; f < rule.factors.size(); ++f) {
+      if (rule.factors[f].kind != FactorKind::kReduction || factor_axes[f].empty()) continue;
+      reduction = rule.factors[f].reduction;
+      partial_axes.insert(partial_axes.end(), factor_axes[f].begin(), factor_axes[f].end());
+      const double identity = reduction == ReductionOp::kSum ? 0.0
+                              : reduction == ReductionOp::kMax ? -std::numeric_limits<double>::infinity()
+                                                               : std::numeric_limits<double>::infinity();
+      bool described = false;
+      for (std::size_t o = 0; o < operands.size(); ++o) {
+        for (std::size_t d = 0; d < rule.operands[o].size(); ++d) {
+          const auto& mapping = rule.operands[o][d];
+          if (std::find(mapping.begin(), mapping.end(), static_cast<int>(f)) == mapping.end()) continue;
+          const int64_t size = operands[o]->type().shape[d];
+          if (!described) {
+            partial_reason = fmt::format("{} {} dim {}, sharded on {} by {}", node_text(node),
+                                         op.family == OpFamily::kContraction ? "contracts" : "reduces", d,
+                                         builder_.axes_text(factor_axes[f]), origin_text(operands[o], static_cast<int>(d)));
+            described = true;
+          }
+          if (op.averages) {
+            scale *= static_cast<double>(padded_shape(mesh_, {size}, {local[o].dims[d]})[0]) / static_cast<double>(size);
+          }
+          if (size % builder_.axes_size(local[o].dims[d]) == 0) continue;
+          Instruction mask;
+          mask.kind = InstructionKind::kMaskPadding;
+          mask.inputs = {local[o].slot};
+          local[o].slot = builder_.new_slot(builder_.slot_type(local[o].slot));
+          mask.outputs = {local[o].slot};
+          mask.dim = static_cast<int>(d);
+          mask.global_size = size;
+          mask.axes_before = local[o].dims[d];
+          mask.fill = identity;
+          builder_.emit(std::move(mask));
+        }
+      }
+    }
+    // Partial sums carried through a linear op.
+    for (const Rep& rep : local) {
+      if (rep.unreduced.empty()) continue;
+      for (int axis : rep.unreduced) {
+        if (std::find(partial_axes.begin(), partial_axes.end(), axis) == partial_axes.end()) partial_axes.push_back(axis);
+      }
+      if (partial_reason.empty()) partial_reason = rep.unreduced_reason;
+    }
+    std::sort(partial_axes.begin(), partial_axes.end());
+
+    // 4. The local op.
+    Instruction compute;
+    compute.kind = InstructionKind::kCompute;
+    compute.op = &op;
+    compute.args = global_args.all();
+    compute.scale = scale;
+    for (const Rep& rep : local) compute.inputs.push_back(rep.slot);
+    std::vector<Rep> results;
+    for (std::size_t r = 0; r < node.outputs().size(); ++r) {
+      const Value* output = node.outputs()[r];
+      Rep rep;
+      rep.dims = project_back(mesh_, rule, rule.results[r], factor_axes);
+      rep.unreduced = partial_axes;
+      rep.reduction = reduction;
+      rep.unreduced_reason = partial_reason;
+      const Shape shape = padded_shape(mesh_, output->type().shape, rep.dims);
+      rep.slot = builder_.new_slot({output->type().dtype, shape});
+      compute.outputs.push_back(rep.slot);
+      if (!op.output_shape_arg.empty()) {
+        const int index = op.schema.argument_index(op.output_shape_arg);
+        compute.args[static_cast<std::size_t>(index)].constant = Constant(std::vector<int64_t>(shape));
+      }
+      results.push_back(std::move(rep));
+    }
+    builder_.emit(std::move(compute));
+    for (std::size_t r = 0; r < node.outputs().size(); ++r) {
+      const Value* output = node.outputs()[r];
+      reps_[output] = results[r];
+      if (op.position_dependent) {
+        // Computed whole on every device: keep the shard propagation chose.
+        reps_[output] = reshard_value(output, shardings_.sharding(output).all_dim_axes(), node_text(node));
+      }
+    }
+  }
+
+  const Graph& graph_;
+  const PropagationResult& shardings_;
+  const Mesh& mesh_;
+  ProgramBuilder builder_;
+  PartitionedProgram& program_;
+  std::unordered_map<const Value*, Rep> reps_;
+};
+
+}  // namespace
+
+PartitionedProgram partition_graph(const Graph& graph, const PropagationResult& shardings) {
+  PartitionedProgram program;
+  program.mesh = shardings.mesh();
+  Partitioner(graph, shardings, program).run();
+  return program;
+}
+
+}  // namespace shardflow

@@ -1,0 +1,61 @@
+// Internals of the partitioner shared by its files (private to partition/).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "shardflow/partition/program.h"
+
+namespace shardflow::partition_detail {
+
+using DimAxes = std::vector<std::vector<int>>;
+
+// A value's current local representation on every device.
+struct Rep {
+  int slot = -1;
+  DimAxes dims;
+  std::vector<int> unreduced;  // sorted mesh axes over which the value is a partial result
+  ReductionOp reduction = ReductionOp::kSum;
+  std::string unreduced_reason;  // why it is partial: the contraction and its origin
+};
+
+// Builds the program: slots, instructions, collectives.
+class ProgramBuilder {
+ public:
+  ProgramBuilder(PartitionedProgram& program, const Mesh& mesh) : program_(program), mesh_(mesh) {}
+
+  const Mesh& mesh() const { return mesh_; }
+  int new_slot(const TensorType& local_type);
+  const TensorType& slot_type(int slot) const { return program_.slots.at(static_cast<std::size_t>(slot)); }
+  void emit(Instruction instruction) { program_.instructions.push_back(std::move(instruction)); }
+  int add_collective(CollectiveInfo info);
+  void warn(std::string warning) { program_.warnings.push_back(std::move(warning)); }
+
+  int64_t axes_size(const std::vector<int>& axes) const;
+  // "'model'", "('data', 'model')"
+  std::string axes_text(const std::vector<int>& axes) const;
+
+ private:
+  PartitionedProgram& program_;
+  const Mesh& mesh_;
+};
+
+// Why a value is being resharded: who needs it, and how to describe a dim's
+// current sharding.
+struct ReshardWhy {
+  const Value* value = nullptr;      // the graph value
+  std::string consumer;              // "%9 aten::softmax.int", "the annotation at %4", "output 0"
+  std::function<std::string(int)> origin;  // describes where dim d's current axes came from
+};
+
+// Emits what turns `from` into `target` dims with no partial sums; returns
+// the new representation.
+Rep reshard(ProgramBuilder& builder, const Rep& from, const DimAxes& target, const Shape& global,
+            DType dtype, const ReshardWhy& why);
+
+// The padded local shape of `global` under `dims`.
+Shape padded_shape(const Mesh& mesh, const Shape& global, const DimAxes& dims);
+
+}  // namespace shardflow::partition_detail

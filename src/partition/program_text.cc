@@ -1,0 +1,113 @@
+// Printing the partitioned program and explaining its collectives.
+#include <fmt/format.h>
+
+#include "shardflow/ir/text.h"
+#include "shardflow/partition/program.h"
+
+namespace shardflow {
+
+std::string_view to_string(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::kAllReduce: return "all-reduce";
+    case CollectiveKind::kAllGather: return "all-gather";
+    case CollectiveKind::kReduceScatter: return "reduce-scatter";
+    case CollectiveKind::kAllToAll: return "all-to-all";
+    case CollectiveKind::kCollectivePermute: return "collective-permute";
+  }
+  return "?";
+}
+
+std::vector<std::vector<int64_t>> CollectiveInfo::groups(const Mesh& mesh) const {
+  // One group per combination of the other axes' coordinates; members in
+  // the order of their coordinates over `axes` (major to minor).
+  std::vector<std::vector<int64_t>> result;
+  std::vector<int> others;
+  for (int axis = 0; axis < mesh.num_axes(); ++axis) {
+    if (std::find(axes.begin(), axes.end(), axis) == axes.end()) others.push_back(axis);
+  }
+  std::vector<int64_t> coords(static_cast<std::size_t>(mesh.num_axes()), 0);
+  const auto advance = [&](const std::vector<int>& which) {
+    for (std::size_t k = which.size(); k-- > 0;) {
+      const auto a = static_cast<std::size_t>(which[k]);
+      if (++coords[a] < mesh.axis_size(which[k])) return true;
+      coords[a] = 0;
+    }
+    return false;
+  };
+  do {
+    std::vector<int64_t> group;
+    for (int a : axes) coords[static_cast<std::size_t>(a)] = 0;
+    do {
+      group.push_back(mesh.device_at(coords));
+    } while (advance(axes));
+    result.push_back(std::move(group));
+  } while (advance(others));
+  return result;
+}
+
+static std::string bytes_text(int64_t bytes) {
+  if (bytes >= (int64_t{1} << 20) && bytes % (int64_t{1} << 20) == 0) return fmt::format("{} MiB", bytes >> 20);
+  if (bytes >= (int64_t{1} << 20)) return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20));
+  if (bytes >= 1024 && bytes % 1024 == 0) return fmt::format("{} KiB", bytes >> 10);
+  if (bytes >= 1024) return fmt::format("{:.1f} KiB", static_cast<double>(bytes) / 1024);
+  return fmt::format("{} B", bytes);
+}
+
+std::string CollectiveInfo::describe(const Mesh& mesh) const {
+  std::string axes_text;
+  for (std::size_t i = 0; i < axes.size(); ++i) {
+    axes_text += fmt::format("{}'{}'", i > 0 ? ", " : "", mesh.axis_label(axes[i]));
+  }
+  std::string op;
+  if (kind == CollectiveKind::kAllReduce || kind == CollectiveKind::kReduceScatter) {
+    op = reduction == ReductionOp::kSum ? "" : reduction == ReductionOp::kMax ? " (max)" : " (min)";
+  }
+  return fmt::format("{}{} over {} ({}/device): {}", to_string(kind), op, axes_text,
+                     bytes_text(bytes_per_device), reason);
+}
+
+std::string PartitionedProgram::to_string(const Graph& graph) const {
+  std::string out = fmt::format("spmd @{} on {} devices, mesh {}\n", graph.name(), mesh->size(), mesh->to_string());
+  const auto slot = [&](int s) {
+    return fmt::format("%{}: {}", s, slots[static_cast<std::size_t>(s)].to_string());
+  };
+  for (std::size_t i = 0; i < input_slots.size(); ++i) {
+    out += fmt::format("  input %{} -> {}  # {}\n", graph.inputs()[i]->name(), slot(input_slots[i]),
+                       input_shardings[i].to_readable());
+  }
+  for (const Instruction& instruction : instructions) {
+    std::string inputs;
+    for (std::size_t k = 0; k < instruction.inputs.size(); ++k) {
+      inputs += fmt::format("{}%{}", k > 0 ? ", " : "", instruction.inputs[k]);
+    }
+    std::string outputs;
+    for (std::size_t k = 0; k < instruction.outputs.size(); ++k) {
+      outputs += (k > 0 ? ", " : "") + slot(instruction.outputs[k]);
+    }
+    switch (instruction.kind) {
+      case InstructionKind::kCompute:
+        out += fmt::format("  {} = {}({}){}\n", outputs, instruction.op->full_name(), inputs,
+                           instruction.scale != 1 ? fmt::format(" * {}", instruction.scale) : "");
+        break;
+      case InstructionKind::kCollective: {
+        const CollectiveInfo& info = collectives[static_cast<std::size_t>(instruction.collective)];
+        out += fmt::format("  {} = {}({}) dim {}  # {}\n", outputs, shardflow::to_string(info.kind), inputs,
+                           instruction.dim, info.describe(*mesh));
+        break;
+      }
+      case InstructionKind::kLocalSlice:
+        out += fmt::format("  {} = local-slice({}) dim {}\n", outputs, inputs, instruction.dim);
+        break;
+      case InstructionKind::kMaskPadding:
+        out += fmt::format("  {} = mask-padding({}) dim {} with {}\n", outputs, inputs, instruction.dim,
+                           instruction.fill);
+        break;
+    }
+  }
+  for (std::size_t i = 0; i < output_slots.size(); ++i) {
+    out += fmt::format("  output {} <- %{}  # {}\n", i, output_slots[i], output_shardings[i].to_readable());
+  }
+  return out;
+}
+
+}  // namespace shardflow

@@ -1,0 +1,249 @@
+// Lowering a reshard to collectives and local slices.
+//
+// From a representation (dims' axes, partial-sum axes) to target dims, in
+// order:
+//  1. partial sums: a reduce-scatter when the target shards a dim exactly
+//     by the partial axes (and the dim divides evenly), else an all-reduce;
+//  2. an axis moving from the minor end of one dim to the minor end of
+//     another: an all-to-all (even dims);
+//  3. axes the target drops from a dim: an all-gather over them (an uneven
+//     dim is gathered whole: its shards do not nest);
+//  4. axes the target adds: a local slice, no communication.
+// Example, [{x,y},{}] -> [{x},{}]: one all-gather over 'y' on dim 0.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "partitioner.h"
+#include "shardflow/base/error.h"
+
+namespace shardflow::partition_detail {
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+int ProgramBuilder::new_slot(const TensorType& local_type) {
+  program_.slots.push_back(local_type);
+  return static_cast<int>(program_.slots.size() - 1);
+}
+
+int ProgramBuilder::add_collective(CollectiveInfo info) {
+  program_.collectives.push_back(std::move(info));
+  return static_cast<int>(program_.collectives.size() - 1);
+}
+
+int64_t ProgramBuilder::axes_size(const std::vector<int>& axes) const {
+  int64_t size = 1;
+  for (int axis : axes) size *= mesh_.axis_size(axis);
+  return size;
+}
+
+std::string ProgramBuilder::axes_text(const std::vector<int>& axes) const {
+  std::string out;
+  for (std::size_t i = 0; i < axes.size(); ++i) {
+    out += fmt::format("{}'{}'", i > 0 ? ", " : "", mesh_.axis_label(axes[i]));
+  }
+  return axes.size() == 1 ? out : "(" + out + ")";
+}
+
+Shape padded_shape(const Mesh& mesh, const Shape& global, const DimAxes& dims) {
+  Shape shape = global;
+  for (std::size_t d = 0; d < global.size(); ++d) {
+    int64_t shards = 1;
+    for (int axis : dims[d]) shards *= mesh.axis_size(axis);
+    shape[d] = ceil_div(global[d], shards);
+  }
+  return shape;
+}
+
+namespace {
+
+class Resharder {
+ public:
+  Resharder(ProgramBuilder& builder, const Shape& global, DType dtype, const ReshardWhy& why)
+      : b_(builder), global_(global), dtype_(dtype), why_(why) {}
+
+  Rep run(Rep rep, const DimAxes& target) {
+    if (!rep.unreduced.empty()) rep = reduce(rep, target);
+    rep = all_to_all(rep, target);
+    for (std::size_t d = 0; d < target.size(); ++d) rep = gather(rep, target, static_cast<int>(d));
+    for (std::size_t d = 0; d < target.size(); ++d) rep = slice(rep, target, static_cast<int>(d));
+    return rep;
+  }
+
+ private:
+  bool even(int dim, const std::vector<int>& axes) const {
+    return global_[static_cast<std::size_t>(dim)] % b_.axes_size(axes) == 0;
+  }
+
+  int slot_for(const DimAxes& dims) {
+    return b_.new_slot({dtype_, padded_shape(b_.mesh(), global_, dims)});
+  }
+
+  int64_t bytes(int slot) const {
+    const TensorType& type = b_.slot_type(slot);
+    return numel(type.shape) * static_cast<int64_t>(element_size(type.dtype));
+  }
+
+  std::string dim_text(int dim) const {
+    return fmt::format("dim {} of %{}", dim, why_.value->name());
+  }
+
+  int collective(CollectiveKind kind, const std::vector<int>& axes, int64_t bytes_per_device,
+                 std::string reason, ReductionOp reduction = ReductionOp::kSum) {
+    CollectiveInfo info;
+    info.kind = kind;
+    info.axes = axes;
+    info.reduction = reduction;
+    info.bytes_per_device = bytes_per_device;
+    info.value = why_.value;
+    info.reason = std::move(reason);
+    return b_.add_collective(std::move(info));
+  }
+
+  // 1. Partial sums.
+  Rep reduce(Rep rep, const DimAxes& target) {
+    const std::vector<int> axes = rep.unreduced;
+    for (std::size_t d = 0; d < target.size(); ++d) {
+      std::vector<int> wanted = rep.dims[d];
+      wanted.insert(wanted.end(), axes.begin(), axes.end());
+      if (target[d] == wanted && even(static_cast<int>(d), wanted)) {
+        Rep out = rep;
+        out.dims[d] = wanted;
+        out.unreduced.clear();
+        out.slot = slot_for(out.dims);
+        Instruction instruction;
+        instruction.kind = InstructionKind::kCollective;
+        instruction.inputs = {rep.slot};
+        instruction.outputs = {out.slot};
+        instruction.dim = static_cast<int>(d);
+        instruction.collective = collective(
+            CollectiveKind::kReduceScatter, axes, bytes(rep.slot),
+            fmt::format("{}; {} wants it sharded on {}", rep.unreduced_reason, why_.consumer, dim_text(static_cast<int>(d))),
+            rep.reduction);
+        b_.emit(std::move(instruction));
+        return out;
+      }
+    }
+    Rep out = rep;
+    out.unreduced.clear();
+    out.slot = slot_for(out.dims);
+    Instruction instruction;
+    instruction.kind = InstructionKind::kCollective;
+    instruction.inputs = {rep.slot};
+    instruction.outputs = {out.slot};
+    instruction.collective = collective(CollectiveKind::kAllReduce, axes, bytes(rep.slot),
+                                        fmt::format("{}; {} needs whole values", rep.unreduced_reason,
+                                                    why_.consumer),
+                                        rep.reduction);
+    b_.emit(std::move(instruction));
+    return out;
+  }
+
+  // 2. One axis moving between the minor ends of two dims.
+  Rep all_to_all(Rep rep, const DimAxes& target) {
+    for (std::size_t from = 0; from < target.size(); ++from) {
+      const std::vector<int>& have = rep.dims[from];
+      if (have.empty() || target[from].size() + 1 != have.size() ||
+          !std::equal(target[from].begin(), target[from].end(), have.begin())) {
+        continue;
+      }
+      const int axis = have.back();
+      for (std::size_t to = 0; to < target.size(); ++to) {
+        if (to == from) continue;
+        std::vector<int> wanted = rep.dims[to];
+        wanted.push_back(axis);
+        if (target[to] != wanted || !even(static_cast<int>(from), have) || !even(static_cast<int>(to), wanted)) {
+          continue;
+        }
+        Rep out = rep;
+        out.dims[from] = target[from];
+        out.dims[to] = wanted;
+        out.slot = slot_for(out.dims);
+        Instruction instruction;
+        instruction.kind = InstructionKind::kCollective;
+        instruction.inputs = {rep.slot};
+        instruction.outputs = {out.slot};
+        instruction.dim = static_cast<int>(to);
+        instruction.concat_dim = static_cast<int>(from);
+        instruction.collective = collective(
+            CollectiveKind::kAllToAll, {axis}, bytes(rep.slot),
+            fmt::format("{} needs {} sharded on '{}' instead of dim {} (sharded by {})", why_.consumer,
+                        dim_text(static_cast<int>(to)), b_.mesh().axis_label(axis), from,
+                        why_.origin(static_cast<int>(from))));
+        b_.emit(std::move(instruction));
+        return all_to_all(out, target);
+      }
+    }
+    return rep;
+  }
+
+  // 3. Axes the target drops.
+  Rep gather(Rep rep, const DimAxes& target, int dim) {
+    const auto d = static_cast<std::size_t>(dim);
+    const std::vector<int>& have = rep.dims[d];
+    std::size_t common = 0;
+    while (common < have.size() && common < target[d].size() && have[common] == target[d][common]) ++common;
+    if (common == have.size()) return rep;
+    // Shards of an uneven dim do not nest: gather it whole and re-slice.
+    if (common > 0 && !even(dim, have)) common = 0;
+    const std::vector<int> axes(have.begin() + static_cast<std::ptrdiff_t>(common), have.end());
+    Rep out = rep;
+    out.dims[d].resize(common);
+    out.slot = slot_for(out.dims);
+    Instruction instruction;
+    instruction.kind = InstructionKind::kCollective;
+    instruction.inputs = {rep.slot};
+    instruction.outputs = {out.slot};
+    instruction.dim = dim;
+    instruction.global_size = global_[d];
+    instruction.axes_before = have;
+    instruction.axes_after = out.dims[d];
+    const std::string wanted = target[d].empty() ? "whole" : "sharded on " + b_.axes_text(target[d]);
+    instruction.collective = collective(
+        CollectiveKind::kAllGather, axes, bytes(out.slot),
+        fmt::format("{} needs {} {} but it is sharded on {} by {}", why_.consumer, dim_text(dim), wanted,
+                    b_.axes_text(have), why_.origin(dim)));
+    b_.emit(std::move(instruction));
+    return out;
+  }
+
+  // 4. Axes the target adds: each device keeps its tile.
+  Rep slice(Rep rep, const DimAxes& target, int dim) {
+    const auto d = static_cast<std::size_t>(dim);
+    if (rep.dims[d] == target[d]) return rep;
+    // A tile of the target must lie inside the tile the device holds: true
+    // from a whole dim, and from an even one.
+    if (!rep.dims[d].empty() && !even(dim, target[d])) rep = gather(rep, DimAxes(target.size()), dim);
+    Rep out = rep;
+    out.dims[d] = target[d];
+    out.slot = slot_for(out.dims);
+    Instruction instruction;
+    instruction.kind = InstructionKind::kLocalSlice;
+    instruction.inputs = {rep.slot};
+    instruction.outputs = {out.slot};
+    instruction.dim = dim;
+    instruction.global_size = global_[d];
+    instruction.axes_before = rep.dims[d];
+    instruction.axes_after = target[d];
+    b_.emit(std::move(instruction));
+    return out;
+  }
+
+  ProgramBuilder& b_;
+  const Shape& global_;
+  DType dtype_;
+  const ReshardWhy& why_;
+};
+
+}  // namespace
+
+Rep reshard(ProgramBuilder& builder, const Rep& from, const DimAxes& target, const Shape& global,
+            DType dtype, const ReshardWhy& why) {
+  if (target.size() != from.dims.size()) {
+    throw Error(fmt::format("internal: resharding %{} of rank {} to a rank-{} sharding", why.value->name(),
+                            from.dims.size(), target.size()));
+  }
+  return Resharder(builder, global, dtype, why).run(from, target);
+}
+
+}  // namespace shardflow::partition_detail

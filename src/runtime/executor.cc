@@ -1,0 +1,367 @@
+// The executor of partitioned programs: every device runs the same
+// instruction list on its own slots; collectives go through its Communicator.
+#include "shardflow/runtime/executor.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <map>
+
+#include "shardflow/base/error.h"
+
+namespace shardflow {
+
+namespace {
+
+// Tile of a device along a dim sharded over `axes` (coordinates, major first).
+int64_t tile_index(const Mesh& mesh, const std::vector<int64_t>& coords, const std::vector<int>& axes) {
+  int64_t tile = 0;
+  for (int axis : axes) tile = tile * mesh.axis_size(axis) + coords[static_cast<std::size_t>(axis)];
+  return tile;
+}
+
+int64_t axes_size(const Mesh& mesh, const std::vector<int>& axes) {
+  int64_t size = 1;
+  for (int axis : axes) size *= mesh.axis_size(axis);
+  return size;
+}
+
+// A dim of a row-major tensor viewed as [outer, rows, inner].
+struct DimView {
+  int64_t outer = 1, rows = 1, inner = 1;
+  DimView(const Shape& shape, int dim) {
+    for (int d = 0; d < static_cast<int>(shape.size()); ++d) {
+      const int64_t extent = shape[static_cast<std::size_t>(d)];
+      if (d < dim) outer *= extent;
+      if (d == dim) rows = extent;
+      if (d > dim) inner *= extent;
+    }
+  }
+};
+
+// Copies rows [from, from + count) of `source` (dim `dim`) to rows
+// [to, to + count) of `target`; both have the same other dims.
+void copy_rows(const DenseTensor& source, int64_t from, DenseTensor& target, int64_t to, int64_t count, int dim) {
+  if (count <= 0) return;
+  const DimView s(source.shape(), dim), t(target.shape(), dim);
+  const std::size_t element = element_size(source.dtype());
+  const std::size_t run = static_cast<std::size_t>(count * s.inner) * element;
+  for (int64_t o = 0; o < s.outer; ++o) {
+    std::memcpy(target.data() + static_cast<std::size_t>((o * t.rows + to) * t.inner) * element,
+                source.data() + static_cast<std::size_t>((o * s.rows + from) * s.inner) * element, run);
+  }
+}
+
+DenseTensor filled(DType dtype, const Shape& shape, double value) {
+  DenseTensor tensor = DenseTensor::empty(dtype, shape);
+  visit_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    std::fill_n(tensor.data_as<T>(), tensor.numel(), store<T>(value));
+  });
+  return tensor;
+}
+
+ReduceOp reduce_op(ReductionOp op) {
+  switch (op) {
+    case ReductionOp::kSum: return ReduceOp::kSum;
+    case ReductionOp::kMax: return ReduceOp::kMax;
+    case ReductionOp::kMin: return ReduceOp::kMin;
+  }
+  return ReduceOp::kSum;
+}
+
+class DeviceRun {
+ public:
+  DeviceRun(const PartitionedProgram& program, int64_t device, Communicator& comm)
+      : program_(program), mesh_(*program.mesh), device_(device), comm_(comm),
+        coords_(mesh_.coords_of(device)), slots_(program.slots.size()) {}
+
+  std::vector<DenseTensor>& slots() { return slots_; }
+
+  void execute() {
+    for (const Instruction& instruction : program_.instructions) {
+      switch (instruction.kind) {
+        case InstructionKind::kCompute: compute(instruction); break;
+        case InstructionKind::kCollective: collective(instruction); break;
+        case InstructionKind::kLocalSlice: local_slice(instruction); break;
+        case InstructionKind::kMaskPadding: mask(instruction); break;
+      }
+    }
+  }
+
+ private:
+  const DenseTensor& in(const Instruction& instruction, std::size_t i = 0) const {
+    return slots_[static_cast<std::size_t>(instruction.inputs[i])];
+  }
+  const TensorType& out_type(const Instruction& instruction, std::size_t i = 0) const {
+    return program_.slots[static_cast<std::size_t>(instruction.outputs[i])];
+  }
+  void set(const Instruction& instruction, DenseTensor value, std::size_t i = 0) {
+    const TensorType& type = out_type(instruction, i);
+    if (value.dtype() != type.dtype || value.shape() != type.shape) {
+      throw Error(fmt::format("internal: slot %{} should be {} but got {}{}", instruction.outputs[i],
+                              type.to_string(), dtype_name(value.dtype()), shape_to_string(value.shape())));
+    }
+    slots_[static_cast<std::size_t>(instruction.outputs[i])] = std::move(value);
+  }
+
+  // The group of this device over `axes`: devices that differ only there,
+  // ordered by their coordinates over `axes`.
+  const DeviceGroup& group(const std::vector<int>& axes) {
+    auto found = groups_.find(axes);
+    if (found != groups_.end()) return found->second;
+    DeviceGroup g;
+    std::vector<int64_t> coords = coords_;
+    const std::size_t n = static_cast<std::size_t>(axes_size(mesh_, axes));
+    for (std::size_t k = 0; k < n; ++k) {
+      std::size_t rest = k;
+      for (std::size_t a = axes.size(); a-- > 0;) {
+        const auto extent = static_cast<std::size_t>(mesh_.axis_size(axes[a]));
+        coords[static_cast<std::size_t>(axes[a])] = static_cast<int64_t>(rest % extent);
+        rest /= extent;
+      }
+      g.devices.push_back(mesh_.device_at(coords));
+    }
+    return groups_.emplace(axes, std::move(g)).first->second;
+  }
+
+  void compute(const Instruction& instruction) {
+    std::vector<DenseTensor> inputs;
+    for (int slot : instruction.inputs) inputs.push_back(slots_[static_cast<std::size_t>(slot)]);
+    std::vector<DenseTensor> outputs = instruction.op->kernel(OpArgs(instruction.op->schema, instruction.args), inputs);
+    for (std::size_t i = 0; i < outputs.size(); ++i) {
+      if (instruction.scale != 1) outputs[i] = scaled(outputs[i], instruction.scale);
+      set(instruction, std::move(outputs[i]), i);
+    }
+  }
+
+  static DenseTensor scaled(const DenseTensor& value, double scale) {
+    DenseTensor out = DenseTensor::empty(value.dtype(), value.shape());
+    visit_dtype(value.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      for (int64_t i = 0; i < value.numel(); ++i) {
+        out.data_as<T>()[i] = store<T>(static_cast<double>(load(value.data_as<T>()[i])) * scale);
+      }
+    });
+    return out;
+  }
+
+  void collective(const Instruction& instruction) {
+    const CollectiveInfo& info = program_.collectives[static_cast<std::size_t>(instruction.collective)];
+    const DeviceGroup& members = group(info.axes);
+    const DenseTensor& input = in(instruction);
+    const TensorType& type = out_type(instruction);
+    switch (info.kind) {
+      case CollectiveKind::kAllReduce: {
+        DenseTensor out = DenseTensor::empty(input.dtype(), input.shape());
+        std::memcpy(out.data(), input.data(), input.nbytes());
+        comm_.all_reduce(members, {out.data(), out.nbytes()}, out.dtype(), reduce_op(info.reduction));
+        set(instruction, std::move(out));
+        return;
+      }
+      case CollectiveKind::kAllGather: {
+        const int dim = instruction.dim;
+        const int64_t n = members.size();
+        DenseTensor gathered = DenseTensor::empty(input.dtype(), [&] {
+          Shape s = input.shape();
+          s.insert(s.begin(), n);
+          return s;
+        }());
+        comm_.all_gather(members, input.bytes(), {gathered.data(), gathered.nbytes()});
+        // Chunk g holds tile (p * n + g) of the dim; place it at its offset
+        // inside this device's new tile p (rows past the dim's end are padding).
+        DenseTensor out = DenseTensor::zeros(type.dtype, type.shape);
+        const int64_t s_in = input.shape()[static_cast<std::size_t>(dim)];
+        const int64_t s_out = type.shape[static_cast<std::size_t>(dim)];
+        const int64_t size = instruction.global_size;
+        const int64_t p = tile_index(mesh_, coords_, instruction.axes_after);
+        for (int64_t g = 0; g < n; ++g) {
+          const int64_t global_start = (p * n + g) * s_in;
+          const int64_t offset = global_start - p * s_out;
+          const int64_t count = std::min({s_in, s_out - offset, size - global_start});
+          if (count > 0) copy_rows(view_chunk(gathered, g, input.shape()), 0, out, offset, count, dim);
+        }
+        set(instruction, std::move(out));
+        return;
+      }
+      case CollectiveKind::kReduceScatter: {
+        const int dim = instruction.dim;
+        const int64_t n = members.size();
+        // Chunk g = rows [g * s_out, (g + 1) * s_out): make each contiguous.
+        const int64_t s_out = type.shape[static_cast<std::size_t>(dim)];
+        DenseTensor packed = DenseTensor::empty(input.dtype(), [&] {
+          Shape s = type.shape;
+          s.insert(s.begin(), n);
+          return s;
+        }());
+        for (int64_t g = 0; g < n; ++g) {
+          DenseTensor chunk = DenseTensor::empty(type.dtype, type.shape);
+          copy_rows(input, g * s_out, chunk, 0, s_out, dim);
+          std::memcpy(packed.data() + static_cast<std::size_t>(g) * chunk.nbytes(), chunk.data(), chunk.nbytes());
+        }
+        DenseTensor out = DenseTensor::empty(type.dtype, type.shape);
+        comm_.reduce_scatter(members, packed.bytes(), {out.data(), out.nbytes()}, type.dtype, reduce_op(info.reduction));
+        set(instruction, std::move(out));
+        return;
+      }
+      case CollectiveKind::kAllToAll: {
+        const int split = instruction.dim, concat = instruction.concat_dim;
+        const int64_t n = members.size();
+        const int64_t piece_rows = input.shape()[static_cast<std::size_t>(split)] / n;
+        Shape piece_shape = input.shape();
+        piece_shape[static_cast<std::size_t>(split)] = piece_rows;
+        DenseTensor packed = DenseTensor::empty(input.dtype(), [&] {
+          Shape s = piece_shape;
+          s.insert(s.begin(), n);
+          return s;
+        }());
+        for (int64_t g = 0; g < n; ++g) {
+          DenseTensor piece = DenseTensor::empty(input.dtype(), piece_shape);
+          copy_rows(input, g * piece_rows, piece, 0, piece_rows, split);
+          std::memcpy(packed.data() + static_cast<std::size_t>(g) * piece.nbytes(), piece.data(), piece.nbytes());
+        }
+        DenseTensor received = DenseTensor::empty(input.dtype(), packed.shape());
+        comm_.all_to_all(members, packed.bytes(), {received.data(), received.nbytes()});
+        // Piece g came from member g: its rows go to block g of the concat dim.
+        DenseTensor out = DenseTensor::empty(type.dtype, type.shape);
+        const int64_t block = piece_shape[static_cast<std::size_t>(concat)];
+        for (int64_t g = 0; g < n; ++g) {
+          const DenseTensor piece = view_chunk(received, g, piece_shape);
+          copy_rows(piece, 0, out, g * block, block, concat);
+        }
+        set(instruction, std::move(out));
+        return;
+      }
+      case CollectiveKind::kCollectivePermute:
+        throw Error("internal: collective-permute is not generated by this partitioner");
+    }
+  }
+
+  // Chunk g of a buffer holding n chunks of `shape`, as its own tensor.
+  static DenseTensor view_chunk(const DenseTensor& chunks, int64_t g, const Shape& shape) {
+    DenseTensor chunk = DenseTensor::empty(chunks.dtype(), shape);
+    std::memcpy(chunk.data(), chunks.data() + static_cast<std::size_t>(g) * chunk.nbytes(), chunk.nbytes());
+    return chunk;
+  }
+
+  void local_slice(const Instruction& instruction) {
+    const DenseTensor& input = in(instruction);
+    const TensorType& type = out_type(instruction);
+    const int dim = instruction.dim;
+    const int64_t s_in = input.shape()[static_cast<std::size_t>(dim)];
+    const int64_t s_out = type.shape[static_cast<std::size_t>(dim)];
+    const int64_t old_tile = tile_index(mesh_, coords_, instruction.axes_before);
+    const int64_t new_tile = tile_index(mesh_, coords_, instruction.axes_after);
+    const int64_t global_start = new_tile * s_out;
+    const int64_t offset = global_start - old_tile * s_in;
+    const int64_t count = std::min({s_out, s_in - offset, instruction.global_size - global_start});
+    DenseTensor out = DenseTensor::zeros(type.dtype, type.shape);
+    copy_rows(input, offset, out, 0, count, dim);
+    set(instruction, std::move(out));
+  }
+
+  void mask(const Instruction& instruction) {
+    const DenseTensor& input = in(instruction);
+    const int dim = instruction.dim;
+    const int64_t s = input.shape()[static_cast<std::size_t>(dim)];
+    const int64_t tile = tile_index(mesh_, coords_, instruction.axes_before);
+    const int64_t valid = std::clamp<int64_t>(instruction.global_size - tile * s, 0, s);
+    DenseTensor out = DenseTensor::empty(input.dtype(), input.shape());
+    std::memcpy(out.data(), input.data(), input.nbytes());
+    if (valid < s) {
+      Shape padding_shape = input.shape();
+      padding_shape[static_cast<std::size_t>(dim)] = s - valid;
+      copy_rows(filled(input.dtype(), padding_shape, instruction.fill), 0, out, valid, s - valid, dim);
+    }
+    set(instruction, std::move(out));
+  }
+
+  const PartitionedProgram& program_;
+  const Mesh& mesh_;
+  int64_t device_;
+  Communicator& comm_;
+  std::vector<int64_t> coords_;
+  std::vector<DenseTensor> slots_;
+  std::map<std::vector<int>, DeviceGroup> groups_;
+};
+
+// Whether `tensor` is already laid out as `sharding` says.
+bool laid_out_as(const Tensor& tensor, const Sharding& sharding) {
+  const std::optional<Sharding> current = tensor.sharding();
+  return current && current->mesh() == sharding.mesh() && current->all_dim_axes() == sharding.all_dim_axes();
+}
+
+}  // namespace
+
+std::vector<Tensor> run_program(const PartitionedProgram& program, Runtime& runtime,
+                                std::span<const Tensor> inputs) {
+  return run_program(program, runtime.num_devices(), [&](const DeviceProgram& fn) { runtime.run(fn); }, inputs);
+}
+
+std::vector<Tensor> run_program(const PartitionedProgram& program, int64_t num_devices,
+                                const std::function<void(const DeviceProgram&)>& run_on_devices,
+                                std::span<const Tensor> inputs) {
+  const Mesh& mesh = *program.mesh;
+  // A program on one device (a graph without annotations) runs on device 0.
+  if (num_devices != mesh.size() && mesh.size() != 1) {
+    throw Error(fmt::format("the program is partitioned over {} devices (mesh {}) but the runtime has {}",
+                            mesh.size(), mesh.to_string(), num_devices));
+  }
+  if (inputs.size() != program.input_slots.size()) {
+    throw Error(fmt::format("the program takes {} inputs, got {}", program.input_slots.size(), inputs.size()));
+  }
+  // Per input: the shards every device takes (existing eager shards), or the
+  // global value and its layout (each device copies its own tile).
+  struct Feed {
+    std::vector<LocalShard> shards;
+    DenseTensor global;
+    ShardLayout layout;
+  };
+  std::vector<Feed> feeds(inputs.size());
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const Sharding& sharding = program.input_shardings[i];
+    if (inputs[i].is_meta()) throw Error(fmt::format("input {} is shape-only (meta): nothing to run on", i));
+    if (laid_out_as(inputs[i], sharding)) {
+      feeds[i].shards = inputs[i].local_shards();
+    } else {
+      feeds[i].global = inputs[i].value();
+      feeds[i].layout = shard_layout(sharding, inputs[i].shape());
+    }
+  }
+  std::vector<std::vector<DenseTensor>> outputs(static_cast<std::size_t>(mesh.size()));
+  run_on_devices([&](int64_t device, Communicator& comm) {
+    if (device >= mesh.size()) return;
+    DeviceRun run(program, device, comm);
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      const TensorType& type = program.slots[static_cast<std::size_t>(program.input_slots[i])];
+      DenseTensor local;
+      if (!feeds[i].shards.empty()) {
+        local = feeds[i].shards[static_cast<std::size_t>(device)].data;
+      } else {
+        local = DenseTensor::empty(type.dtype, type.shape);
+        copy_shard(feeds[i].layout, static_cast<std::size_t>(device), feeds[i].global.bytes(),
+                   element_size(type.dtype), {local.data(), local.nbytes()});
+      }
+      run.slots()[static_cast<std::size_t>(program.input_slots[i])] = std::move(local);
+    }
+    run.execute();
+    for (int slot : program.output_slots) {
+      outputs[static_cast<std::size_t>(device)].push_back(run.slots()[static_cast<std::size_t>(slot)]);
+    }
+  });
+  std::vector<Tensor> results;
+  for (std::size_t o = 0; o < program.output_slots.size(); ++o) {
+    const Sharding& sharding = program.output_shardings[o];
+    const TensorType& type = program.slots[static_cast<std::size_t>(program.output_slots[o])];
+    if (sharding.is_replicated()) {
+      results.emplace_back(outputs[0][o]);
+      continue;
+    }
+    std::vector<DenseTensor> shards;
+    for (int64_t device = 0; device < mesh.size(); ++device) shards.push_back(outputs[static_cast<std::size_t>(device)][o]);
+    results.push_back(Tensor::from_shards(type.dtype, program.output_types[o].shape, sharding, std::move(shards)));
+  }
+  return results;
+}
+
+}  // namespace shardflow

@@ -1,0 +1,19 @@
+// Elementwise reductions of n equally long arrays, for every dtype.
+#pragma once
+
+#include <cstddef>
+#include <span>
+
+#include "shardflow/runtime/communicator.h"
+#include "shardflow/tensor/dtype.h"
+
+namespace shardflow::detail {
+
+// sources[0][i] op sources[1][i] op ... for i < count (elements), combined
+// in source order (16-bit floats in f32, rounded once), written to every
+// destination. A destination may be one of the sources (exactly, not
+// shifted).
+void reduce_arrays(DType dtype, ReduceOp op, std::span<const std::byte* const> sources,
+                   std::span<std::byte* const> destinations, std::size_t count);
+
+}  // namespace shardflow::detail

@@ -1,0 +1,175 @@
+// The local runtime: one persistent thread per device, parked between runs.
+//
+// A run: run() publishes the program and bumps the job generation; every
+// device thread runs it, records its error (which aborts the others) and
+// reports that it finished; run() waits for all of them and rethrows the
+// first error.
+#include "shardflow/runtime/runtime.h"
+
+#include <cblas.h>
+#include <fmt/format.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "communicator_local.h"
+#include "shardflow/base/error.h"
+#include "shardflow/sharding/mesh.h"
+#include "shardflow/runtime/spmd_runner.h"
+#include "shardflow/tensor/gemm.h"
+
+namespace shardflow {
+
+using Program = std::function<void(int64_t device, Communicator& comm)>;
+
+class Runtime::Impl {
+ public:
+  explicit Impl(int64_t num_devices);
+  ~Impl();
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+
+  int64_t num_devices() const { return world_.num_devices(); }
+  void run(const Program& program);
+
+ private:
+  void device_loop(int64_t device);
+  // Stops and joins the device threads; restores what the constructor set.
+  void shut_down();
+
+  detail::World world_;
+  std::vector<std::unique_ptr<detail::LocalCommunicator>> communicators_;
+  std::vector<std::thread> threads_;
+
+  std::mutex mutex_;  // guards the job fields below
+  std::condition_variable job_ready_;
+  std::condition_variable job_done_;
+  const Program* program_ = nullptr;
+  uint64_t generation_ = 0;
+  int64_t running_devices_ = 0;
+  bool stopping_ = false;
+  std::atomic<bool> in_run_{false};
+
+  // compile()d graphs run on these devices while the runtime exists.
+  std::unique_ptr<SpmdRunner> runner_;
+  GraphRunner* previous_runner_ = nullptr;
+
+  // Restored on destruction.
+  std::optional<int64_t> previous_device_count_;
+  std::optional<int> previous_blas_threads_;
+};
+
+Runtime::Impl::Impl(int64_t num_devices)
+    : world_(num_devices), previous_device_count_(global_device_count()) {
+  if (num_devices > 1) {
+    // The device threads are the parallelism: OpenBLAS runs in each of them
+    // single-threaded instead of starting its own pool on the same cores.
+    previous_blas_threads_ = openblas_get_num_threads();
+    set_blas_threads(1);
+  }
+  set_global_device_count(num_devices);
+  runner_ = std::make_unique<SpmdRunner>(num_devices, [this](const DeviceProgram& fn) { run(fn); });
+  previous_runner_ = set_graph_runner(runner_.get());
+  communicators_.reserve(static_cast<std::size_t>(num_devices));
+  for (int64_t d = 0; d < num_devices; ++d) {
+    communicators_.push_back(std::make_unique<detail::LocalCommunicator>(world_, d));
+  }
+  try {
+    threads_.reserve(static_cast<std::size_t>(num_devices));
+    for (int64_t d = 0; d < num_devices; ++d) threads_.emplace_back([this, d] { device_loop(d); });
+  } catch (const std::exception& error) {
+    const auto started = threads_.size();
+    shut_down();
+    throw Error(fmt::format("Runtime::local: could start only {} of {} device threads: {}", started,
+                            num_devices, error.what()));
+  }
+}
+
+Runtime::Impl::~Impl() {
+  shut_down();
+}
+
+void Runtime::Impl::shut_down() {
+  {
+    const std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  job_ready_.notify_all();
+  for (auto& thread : threads_) thread.join();
+  threads_.clear();
+  if (runner_) set_graph_runner(previous_runner_);
+  set_global_device_count(previous_device_count_);
+  if (previous_blas_threads_) set_blas_threads(*previous_blas_threads_);
+}
+
+void Runtime::Impl::device_loop(int64_t device) {
+  uint64_t seen = 0;
+  for (;;) {
+    const Program* program = nullptr;
+    {
+      std::unique_lock lock(mutex_);
+      job_ready_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+      if (stopping_) return;
+      seen = generation_;
+      program = program_;
+    }
+    try {
+      (*program)(device, *communicators_[static_cast<std::size_t>(device)]);
+    } catch (const std::exception& error) {
+      world_.fail(device, error.what());
+    } catch (...) {
+      world_.fail(device, "unknown exception");
+    }
+    world_.finish(device);
+    const std::lock_guard lock(mutex_);
+    if (--running_devices_ == 0) job_done_.notify_all();
+  }
+}
+
+void Runtime::Impl::run(const Program& program) {
+  if (in_run_.exchange(true)) {
+    throw Error(
+        "Runtime::run called while a run is in progress (from a device program, or "
+        "from two threads at once)");
+  }
+  world_.begin_run();
+  {
+    std::unique_lock lock(mutex_);
+    program_ = &program;
+    running_devices_ = num_devices();
+    ++generation_;
+    job_ready_.notify_all();
+    job_done_.wait(lock, [&] { return running_devices_ == 0; });
+    program_ = nullptr;
+  }
+  const auto error = world_.first_error();
+  in_run_.store(false);
+  if (error) throw Error(fmt::format("device {}: {}", error->first, error->second));
+}
+
+Runtime Runtime::local(int64_t num_devices) {
+  if (num_devices < 1 || num_devices > kMaxMeshSize) {
+    throw Error(fmt::format("Runtime::local: the device count must be in [1, {}], got {}",
+                            kMaxMeshSize, num_devices));
+  }
+  return Runtime(std::make_unique<Impl>(num_devices));
+}
+
+Runtime::Runtime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Runtime::Runtime(Runtime&& other) noexcept = default;
+Runtime::~Runtime() = default;
+
+int64_t Runtime::num_devices() const {
+  return impl_ ? impl_->num_devices() : 0;
+}
+
+void Runtime::run(const Program& fn) {
+  if (!impl_) throw Error("Runtime::run on a moved-from runtime");
+  impl_->run(fn);
+}
+
+}  // namespace shardflow

@@ -1,0 +1,119 @@
+// Partitioned programs run on in-process devices give the single-device
+// results: reference patterns and uneven shapes.
+#include <gtest/gtest.h>
+
+#include "shardflow/partition/program.h"
+#include "shardflow/runtime/executor.h"
+#include "shardflow/shardflow.h"
+#include "shardflow/trace/interpreter.h"
+
+namespace sf = shardflow;
+
+namespace {
+
+// Runs `text` on one device and partitioned on the runtime; compares.
+void expect_same(const std::string& text, sf::Runtime& runtime, const std::vector<sf::Tensor>& inputs,
+                 std::vector<std::string>* collectives = nullptr) {
+  sf::ops::register_all_ops();
+  const sf::Graph graph = sf::parse_graph(text);
+  sf::verify_graph(graph);
+  const sf::PropagationResult shardings = sf::propagate_shardings(graph);
+  const sf::PartitionedProgram program = sf::partition_graph(graph, shardings);
+  std::vector<sf::DenseTensor> values;
+  for (const sf::Tensor& input : inputs) values.push_back(input.value());
+  const std::vector<sf::DenseTensor> expected = sf::run_graph(graph, values);
+  const std::vector<sf::Tensor> actual = sf::run_program(program, runtime, inputs);
+  ASSERT_EQ(actual.size(), expected.size());
+  for (std::size_t o = 0; o < expected.size(); ++o) {
+    const std::vector<float> want = sf::Tensor(expected[o]).to_floats(), got = actual[o].to_floats();
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      ASSERT_NEAR(got[i], want[i], 1e-4 * (1 + std::abs(want[i])))
+          << "output " << o << " element " << i << "\n" << sf::print_with_shardings(graph, shardings)
+          << program.to_string(graph);
+    }
+  }
+  if (collectives != nullptr) {
+    for (const sf::CollectiveInfo& info : program.collectives) collectives->push_back(info.describe(*program.mesh));
+  }
+}
+
+std::string annotate(const std::string& value, const std::string& spec, const std::string& type,
+                     const std::string& mesh) {
+  return "xla::dynamo_mark_sharding(%" + value + ", " + mesh + ", \"" + spec + "\") : " + type;
+}
+
+const std::string kMesh8 = R"M([0, 1, 2, 3, 4, 5, 6, 7], "(8,)", "('x',)")M";
+
+TEST(Execution, SeventeenRowsOnEightDevices) {
+  sf::Runtime runtime = sf::Runtime::local(8);
+  const sf::Tensor x = sf::randn({17, 5}, 1);
+  const sf::Tensor w = sf::randn({17, 3}, 2);
+  const std::string text = "func @f(%x: f32[17,5], %w: f32[17,3]) -> (f32[5], f32[5], f32[17,5], f32[5,3], f32[17,5]) {\n"
+                           "  %a = " + annotate("x", "('x', None)", "f32[17,5]", kMesh8) + "\n"
+                           "  %b = " + annotate("w", "('x', None)", "f32[17,3]", kMesh8) + "\n"
+                           "  %e = aten::exp(%a) : f32[17,5]\n"
+                           "  %s = aten::sum.dim_IntList(%e, [0]) : f32[5]\n"
+                           "  %m = aten::amax(%a, [0]) : f32[5]\n"
+                           "  %p = aten::softmax.int(%a, 0) : f32[17,5]\n"
+                           "  %t = aten::transpose.int(%a, 0, 1) : f32[5,17]\n"
+                           "  %c = aten::matmul(%t, %b) : f32[5,3]\n"
+                           "  %g = " + annotate("e", "(None, None)", "f32[17,5]", kMesh8) + "\n"
+                           "  return %s, %m, %p, %c, %g\n}\n";
+  std::vector<std::string> collectives;
+  expect_same(text, runtime, {x, w}, &collectives);
+  EXPECT_FALSE(collectives.empty());
+}
+
+TEST(Execution, MegatronMlp) {
+  sf::Runtime runtime = sf::Runtime::local(8);
+  const std::string mesh = R"M([0, 1, 2, 3, 4, 5, 6, 7], "(2, 4)", "('data', 'model')")M";
+  const std::string text = "func @mlp(%x: f32[8,16], %w1: f32[16,64], %w2: f32[64,16]) -> (f32[8,16]) {\n"
+                           "  %a = " + annotate("w1", "(None, 'model')", "f32[16,64]", mesh) + "\n"
+                           "  %b = " + annotate("w2", "('model', None)", "f32[64,16]", mesh) + "\n"
+                           "  %h = aten::matmul(%x, %a) : f32[8,64]\n"
+                           "  %g = aten::gelu(%h) : f32[8,64]\n"
+                           "  %y = aten::matmul(%g, %b) : f32[8,16]\n"
+                           "  return %y\n}\n";
+  expect_same(text, runtime, {sf::randn({8, 16}, 1), sf::randn({16, 64}, 2), sf::randn({64, 16}, 3)});
+}
+
+TEST(Execution, ReshardsBetweenLayouts) {
+  sf::Runtime runtime = sf::Runtime::local(8);
+  const std::string mesh = R"M([0, 1, 2, 3, 4, 5, 6, 7], "(2, 4)", "('x', 'y')")M";
+  const char* specs[] = {"('x', 'y')", "('y', 'x')", "(('x', 'y'), None)", "(None, ('y', 'x'))",
+                         "('x', None)", "(None, 'y')", "(None, None)"};
+  for (const char* from : specs) {
+    for (const char* to : specs) {
+      for (const char* shape : {"f32[8,16]", "f32[7,13]"}) {
+        const std::string text = std::string("func @f(%a: ") + shape + ") -> (" + shape + ") {\n"
+                                 "  %b = " + annotate("a", from, shape, mesh) + "\n"
+                                 "  %c = aten::exp(%b) : " + shape + "\n"
+                                 "  %d = " + annotate("c", to, shape, mesh) + "\n"
+                                 "  return %d\n}\n";
+        const sf::Shape dims = std::string(shape) == "f32[8,16]" ? sf::Shape{8, 16} : sf::Shape{7, 13};
+        SCOPED_TRACE(std::string(from) + " -> " + to + " " + shape);
+        expect_same(text, runtime, {sf::randn(dims, 4)});
+      }
+    }
+  }
+}
+
+}  // namespace
+
+namespace {
+
+TEST(Execution, PartialSumThroughTransposeOnACustomDeviceOrder) {
+  sf::Runtime runtime = sf::Runtime::local(6);
+  const std::string mesh = R"M([0, 5, 1, 3, 4, 2], "(3, 2)", "('a', 'b')")M";
+  const std::string text = "func @f(%x: f32[3,5,5], %w: f32[5,5]) -> (f32[5,5,3]) {\n"
+                           "  %a = " + annotate("x", "(None, None, 'a')", "f32[3,5,5]", mesh) + "\n"
+                           "  %b = " + annotate("w", "('a', 'b')", "f32[5,5]", mesh) + "\n"
+                           "  %m = aten::matmul(%a, %b) : f32[3,5,5]\n"
+                           "  %n = " + annotate("m", "(('b', 'a'), None, None)", "f32[3,5,5]", mesh) + "\n"
+                           "  %t = aten::transpose.int(%m, 0, 2) : f32[5,5,3]\n"
+                           "  return %t\n}\n";
+  expect_same(text, runtime, {sf::randn({3, 5, 5}, 1), sf::randn({5, 5}, 2)});
+}
+
+}  // namespace

@@ -1,0 +1,188 @@
+// Reference patterns (spmd-anchors §9): the exact collectives the partitioner
+// inserts for well-known shardings.
+#include <gtest/gtest.h>
+
+#include "shardflow/ir/text.h"
+#include "shardflow/ops/ops.h"
+#include "shardflow/partition/program.h"
+#include "shardflow/shardflow.h"
+
+namespace sf = shardflow;
+
+namespace {
+
+struct Partitioned {
+  sf::Graph graph;
+  sf::PropagationResult shardings;
+  sf::PartitionedProgram program;
+};
+
+Partitioned partition(const std::string& text) {
+  sf::ops::register_all_ops();
+  sf::Graph graph = sf::parse_graph(text);
+  sf::verify_graph(graph);
+  sf::PropagationResult shardings = sf::propagate_shardings(graph);
+  sf::PartitionedProgram program = sf::partition_graph(graph, shardings);
+  return {std::move(graph), std::move(shardings), std::move(program)};
+}
+
+// "all-reduce over 'model'" for each collective, in order.
+std::vector<std::string> summary(const Partitioned& p) {
+  std::vector<std::string> out;
+  for (const sf::CollectiveInfo& info : p.program.collectives) {
+    std::string axes;
+    for (std::size_t i = 0; i < info.axes.size(); ++i) {
+      axes += (i > 0 ? "," : "") + p.program.mesh->axis_label(info.axes[i]);
+    }
+    out.push_back(std::string(sf::to_string(info.kind)) + " " + axes);
+  }
+  return out;
+}
+
+std::string annotate(const std::string& value, const std::string& spec, const std::string& type,
+                     const std::string& mesh = R"M([0, 1, 2, 3, 4, 5, 6, 7], "(2, 4)", "('data', 'model')")M") {
+  return "xla::dynamo_mark_sharding(%" + value + ", " + mesh + ", \"" + spec + "\") : " + type;
+}
+
+TEST(Patterns, MegatronMlpIsOneAllReduce) {
+  const std::string text = "func @mlp(%x: f32[8,16], %w1: f32[16,64], %w2: f32[64,16]) -> (f32[8,16]) {\n"
+                           "  %a = " + annotate("w1", "(None, 'model')", "f32[16,64]") + "\n"
+                           "  %b = " + annotate("w2", "('model', None)", "f32[64,16]") + "\n"
+                           "  %h = aten::matmul(%x, %a) : f32[8,64]\n"
+                           "  %g = aten::gelu(%h) : f32[8,64]\n"
+                           "  %y = aten::matmul(%g, %b) : f32[8,16]\n"
+                           "  return %y\n}\n";
+  const Partitioned p = partition(text);
+  EXPECT_EQ(summary(p), (std::vector<std::string>{"all-reduce model"})) << p.program.to_string(p.graph);
+  EXPECT_EQ(p.program.collectives[0].describe(*p.program.mesh),
+            "all-reduce over 'model' (512 B/device): %y aten::matmul contracts dim 1, sharded on 'model' by "
+            "the annotation at %a through %h aten::matmul, %g aten::gelu; output 0 needs whole values");
+}
+
+}  // namespace
+
+namespace {
+
+// Partitions a traced function of one input (shape-only tensors: nothing runs).
+template <class F>
+Partitioned partition_traced(F fn, const sf::Tensor& input) {
+  auto compiled = sf::compile(fn);
+  const sf::Graph& traced = compiled.trace(input);
+  return partition(sf::print_graph(traced));
+}
+
+sf::Tensor meta(sf::Shape shape) { return sf::Tensor::meta(sf::DType::kF32, std::move(shape)); }
+
+TEST(Patterns, TransformerLayerIsTwoAllReduces) {
+  const sf::Mesh mesh({0, 1, 2, 3, 4, 5, 6, 7}, {2, 4}, {"data", "model"});
+  const int64_t b = 2, t = 4, d = 16, heads = 4, hd = 4, ffn = 32;
+  const sf::Tensor wq = meta({d, d}), wk = meta({d, d}), wv = meta({d, d}), wo = meta({d, d});
+  const sf::Tensor w1 = meta({d, ffn}), w2 = meta({ffn, d});
+  const auto layer = [&](sf::Tensor x) {
+    const auto column = [&](const sf::Tensor& w) { return sf::mark_sharding(w * 1, mesh, {sf::none, "model"}); };
+    const auto row = [&](const sf::Tensor& w) { return sf::mark_sharding(w * 1, mesh, {"model", sf::none}); };
+    x = sf::mark_sharding(x, mesh, {"data", sf::none, sf::none});
+    const auto split = [&](const sf::Tensor& y) { return y.reshape({b, t, heads, hd}).transpose(1, 2); };
+    const sf::Tensor q = split(sf::matmul(x, column(wq)));
+    const sf::Tensor k = split(sf::matmul(x, column(wk)));
+    const sf::Tensor v = split(sf::matmul(x, column(wv)));
+    const sf::Tensor probs = sf::softmax(sf::matmul(q, k.transpose(-2, -1)) * 0.5, -1);
+    const sf::Tensor attention = sf::matmul(probs, v).transpose(1, 2).reshape({b, t, d});
+    const sf::Tensor x1 = x + sf::matmul(attention, row(wo));
+    return x1 + sf::matmul(sf::gelu(sf::matmul(x1, column(w1))), row(w2));
+  };
+  const Partitioned p = partition_traced(layer, meta({b, t, d}));
+  EXPECT_EQ(summary(p), (std::vector<std::string>{"all-reduce model", "all-reduce model"}))
+      << sf::print_with_shardings(p.graph, p.shardings) << p.program.to_string(p.graph);
+}
+
+TEST(Patterns, TwoDimensionalFsdpAndTensorParallelMlp) {
+  // In[B_data, D_model], W_in[D_data, F_model], W_out[F_model, D_data] (here
+  // X = data, Y = model): forward = all-gather_Y(In), all-gather_X(W_in),
+  // all-gather_X(W_out), reduce-scatter_Y(Out).
+  const std::string text = "func @mlp(%x: f32[8,16], %win: f32[16,32], %wout: f32[32,16]) -> (f32[8,16]) {\n"
+                           "  %in = " + annotate("x", "('data', 'model')", "f32[8,16]") + "\n"
+                           "  %wi = " + annotate("win", "('data', 'model')", "f32[16,32]") + "\n"
+                           "  %wo = " + annotate("wout", "('model', 'data')", "f32[32,16]") + "\n"
+                           "  %h = aten::matmul(%in, %wi) : f32[8,32]\n"
+                           "  %o = aten::matmul(%h, %wo) : f32[8,16]\n"
+                           "  %out = " + annotate("o", "('data', 'model')", "f32[8,16]") + "\n"
+                           "  return %out\n}\n";
+  const Partitioned p = partition(text);
+  EXPECT_EQ(summary(p), (std::vector<std::string>{"all-gather model", "all-gather data", "all-gather data",
+                                                  "reduce-scatter model"}))
+      << p.program.to_string(p.graph);
+}
+
+struct ReshardRow {
+  const char* name;
+  const char* mesh_shape;
+  const char* axis_names;
+  const char* from;
+  const char* to;
+  std::vector<std::string> expected;
+};
+
+TEST(Patterns, ReshardTable) {
+  const ReshardRow rows[] = {
+      {"gather_minor_axes", "(2, 2, 2)", "('x', 'y', 'z')", "(('x', 'y', 'z'), None)", "('x', None)",
+       {"all-gather y,z"}},
+      {"move_between_dims", "(8,)", "('x',)", "('x', None)", "(None, 'x')", {"all-to-all x"}},
+      {"to_replicated", "(8,)", "('x',)", "('x', None)", "(None, None)", {"all-gather x"}},
+      {"replicated_to_sharded", "(8,)", "('x',)", "(None, None)", "(None, 'x')", {}},
+      {"add_minor_axis", "(2, 4)", "('x', 'y')", "('x', None)", "(('x', 'y'), None)", {}},
+      {"same_sharding", "(2, 4)", "('x', 'y')", "('x', 'y')", "('x', 'y')", {}},
+      {"swap_dims_2d", "(2, 4)", "('x', 'y')", "('x', 'y')", "('x', None)", {"all-gather y"}},
+  };
+  for (const ReshardRow& row : rows) {
+    const std::string mesh = std::string("[0, 1, 2, 3, 4, 5, 6, 7], \"") + row.mesh_shape + "\", \"" + row.axis_names + "\"";
+    const std::string text = "func @f(%x: f32[8,16]) -> (f32[8,16]) {\n"
+                             "  %a = " + annotate("x", row.from, "f32[8,16]", mesh) + "\n"
+                             "  %b = " + annotate("a", row.to, "f32[8,16]", mesh) + "\n"
+                             "  return %b\n}\n";
+    const Partitioned p = partition(text);
+    EXPECT_EQ(summary(p), row.expected) << row.name << "\n" << p.program.to_string(p.graph);
+  }
+}
+
+TEST(Patterns, ContractingShardedDimsOfBothOperands) {
+  // lhs [{x},{y}] . rhs [{y},{x}] -> [{x},{}]: rhs loses 'x' (all-gather),
+  // the dot contracts over 'y', then an all-reduce over 'y'.
+  const std::string mesh = R"M([0, 1, 2, 3, 4, 5, 6, 7], "(2, 4)", "('x', 'y')")M";
+  const std::string text = "func @f(%a: f32[8,16], %b: f32[16,8]) -> (f32[8,8]) {\n"
+                           "  %l = " + annotate("a", "('x', 'y')", "f32[8,16]", mesh) + "\n"
+                           "  %r = " + annotate("b", "('y', 'x')", "f32[16,8]", mesh) + "\n"
+                           "  %d = aten::matmul(%l, %r) : f32[8,8]\n"
+                           "  %o = " + annotate("d", "('x', None)", "f32[8,8]", mesh) + "\n"
+                           "  return %o\n}\n";
+  const Partitioned p = partition(text);
+  EXPECT_EQ(summary(p), (std::vector<std::string>{"all-gather x", "all-reduce y"})) << p.program.to_string(p.graph);
+}
+
+TEST(Patterns, SumOverAShardedDimIsAnAllReduce) {
+  const std::string mesh = R"M([0, 1, 2, 3, 4, 5, 6, 7], "(2, 4)", "('X', 'Y')")M";
+  const std::string text = "func @f(%x: f32[8,16]) -> (f32[16]) {\n"
+                           "  %a = " + annotate("x", "('X', 'Y')", "f32[8,16]", mesh) + "\n"
+                           "  %s = aten::sum.dim_IntList(%a, [0]) : f32[16]\n"
+                           "  return %s\n}\n";
+  const Partitioned p = partition(text);
+  EXPECT_EQ(summary(p), (std::vector<std::string>{"all-reduce X"})) << p.program.to_string(p.graph);
+}
+
+TEST(Patterns, ReshapeSplittingAShardedDimNeedsNoCollective) {
+  // The major part of a split dim keeps the axis: [8] on x=2 -> [2,4] is
+  // [{x},{}], and merging back gives [{x}] again.
+  const std::string mesh = R"M([0, 1], "(2,)", "('x',)")M";
+  const std::string text = "func @f(%x: f32[8]) -> (f32[2,4], f32[8]) {\n"
+                           "  %a = " + annotate("x", "('x',)", "f32[8]", mesh) + "\n"
+                           "  %r = aten::reshape(%a, [2, 4]) : f32[2,4]\n"
+                           "  %e = aten::exp(%r) : f32[2,4]\n"
+                           "  %m = aten::reshape(%e, [8]) : f32[8]\n"
+                           "  return %e, %m\n}\n";
+  const Partitioned p = partition(text);
+  EXPECT_EQ(summary(p), std::vector<std::string>{}) << p.program.to_string(p.graph);
+  EXPECT_EQ(p.shardings.sharding(p.graph.find_value("r")).to_readable(), "[{x},{}]");
+  EXPECT_EQ(p.shardings.sharding(p.graph.find_value("m")).to_readable(), "[{x}]");
+}
+
+}  // namespace
