@@ -65,11 +65,55 @@ TEST(IrCli, RunSummarisesEachOutputDeterministically) {
   EXPECT_NE(text.out.find("output 1 (%s): f32[2,3]"), std::string::npos) << text.out;
 }
 
-TEST(IrCli, RunRejectsMoreDevicesForNow) {
-  const std::string path = write("devices.ir", kModel);
-  const CliResult r = run_cli("run " + path + " --devices 2");
+const char* kMlp = R"IR(func @mlp(%x: f32[8,16], %w1: f32[16,64], %w2: f32[64,16]) -> (f32[8,16]) {
+  %a = xla::dynamo_mark_sharding(%w1, [0, 1, 2, 3, 4, 5, 6, 7], "(2, 4)", "('data', 'model')", "(None, 'model')") : f32[16,64]
+  %b = xla::dynamo_mark_sharding(%w2, [0, 1, 2, 3, 4, 5, 6, 7], "(2, 4)", "('data', 'model')", "('model', None)") : f32[64,16]
+  %h = aten::matmul(%x, %a) : f32[8,64]
+  %g = aten::gelu(%h) : f32[8,64]
+  %y = aten::matmul(%g, %b) : f32[8,16]
+  return %y
+}
+)IR";
+
+TEST(IrCli, DevicesMustMatchTheAnnotationsMesh) {
+  const std::string path = write("devices.ir", kMlp);
+  const CliResult r = run_cli("run " + path + " --devices 4");
   EXPECT_EQ(r.status, 1);
-  EXPECT_NE(r.err.find("--devices 2"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("run it with --devices 8 (got --devices 4)"), std::string::npos) << r.err;
+  EXPECT_EQ(run_cli("run " + write("one.ir", kModel) + " --devices 2").status, 1);  // no annotations: 1 device
+}
+
+TEST(IrCli, PartitionJsonListsShardingsAndCollectives) {
+  const std::string path = write("mlp.ir", kMlp);
+  const CliResult r = run_cli("partition " + path + " --format json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["values"]["%h"]["sharding"], "{devices=[1,4,2]0,4,1,5,2,6,3,7 last_tile_dim_replicate}");
+  EXPECT_EQ(j["values"]["%h"]["readable"], "f32[8,64@model]");
+  ASSERT_EQ(j["collectives"].size(), 1u);
+  const auto& c = j["collectives"][0];
+  EXPECT_EQ(c["kind"], "all-reduce");
+  EXPECT_EQ(c["axes"], nlohmann::json::parse(R"(["model"])"));
+  EXPECT_EQ(c["bytes_per_device"], 8 * 16 * 4);
+  EXPECT_EQ(c["value"], "%y");
+  EXPECT_EQ(c["reason"], "%y aten::matmul contracts dim 1, sharded on 'model' by the annotation at %a through "
+                         "%h aten::matmul, %g aten::gelu; output 0 needs whole values");
+  EXPECT_EQ(j["warnings"].size(), 0u);
+  const CliResult text = run_cli("partition " + path);
+  EXPECT_NE(text.out.find("1 collective(s); 1 all-reduce (512 bytes/device)"), std::string::npos) << text.out;
+  EXPECT_EQ(run_cli("partition " + path + " --devices 2").status, 1);
+}
+
+TEST(IrCli, RunChecksAgainstOneDevice) {
+  const std::string path = write("check.ir", kMlp);
+  const CliResult r = run_cli("run " + path + " --devices 8 --check --format json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_LT(j["max_abs_diff"].get<double>(), 1e-3);
+  EXPECT_TRUE(j.contains("max_rel_diff"));
+  EXPECT_EQ(j["outputs"][0]["shape"], nlohmann::json::parse("[8, 16]"));
+  const CliResult text = run_cli("run " + path + " --check");
+  EXPECT_NE(text.out.find("within tolerance"), std::string::npos) << text.out;
 }
 
 }  // namespace
