@@ -100,6 +100,15 @@ class Resharder {
     return b_.add_collective(std::move(info));
   }
 
+  // The last resort of the ladder, reported: a whole dim gathered only to be
+  // sliced again, because the shards of an uneven dim do not nest.
+  void rematerialised(int dim, const std::vector<int>& from, const std::vector<int>& to) {
+    b_.warn(fmt::format("involuntary re-materialisation for {}: {} ({} entries) goes from {} to {}; its "
+                        "size does not divide evenly, so the shards do not nest and the dim is gathered "
+                        "whole, then sliced", why_.consumer, dim_text(dim), global_[static_cast<std::size_t>(dim)],
+                        from.empty() ? "whole" : b_.axes_text(from), to.empty() ? "whole" : b_.axes_text(to)));
+  }
+
   // 1. Partial sums.
   Rep reduce(Rep rep, const DimAxes& target) {
     const std::vector<int> axes = rep.unreduced;
@@ -185,7 +194,10 @@ class Resharder {
     while (common < have.size() && common < target[d].size() && have[common] == target[d][common]) ++common;
     if (common == have.size()) return rep;
     // Shards of an uneven dim do not nest: gather it whole and re-slice.
-    if (common > 0 && !even(dim, have)) common = 0;
+    if (common > 0 && !even(dim, have)) {
+      common = 0;
+      rematerialised(dim, have, target[d]);
+    }
     const std::vector<int> axes(have.begin() + static_cast<std::ptrdiff_t>(common), have.end());
     Rep out = rep;
     out.dims[d].resize(common);
@@ -213,7 +225,10 @@ class Resharder {
     if (rep.dims[d] == target[d]) return rep;
     // A tile of the target must lie inside the tile the device holds: true
     // from a whole dim, and from an even one.
-    if (!rep.dims[d].empty() && !even(dim, target[d])) rep = gather(rep, DimAxes(target.size()), dim);
+    if (!rep.dims[d].empty() && !even(dim, target[d])) {
+      rematerialised(dim, rep.dims[d], target[d]);
+      rep = gather(rep, DimAxes(target.size()), dim);
+    }
     Rep out = rep;
     out.dims[d] = target[d];
     out.slot = slot_for(out.dims);

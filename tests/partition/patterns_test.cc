@@ -186,3 +186,22 @@ TEST(Patterns, ReshapeSplittingAShardedDimNeedsNoCollective) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Patterns, UnevenReshardsAreReported) {
+  // 7 rows over ('x', 'y') -> over 'x' alone: the shards do not nest, so the
+  // dim is gathered whole and sliced again, with a warning naming the consumer.
+  const std::string mesh = R"M([0, 1, 2, 3, 4, 5, 6, 7], "(2, 4)", "('x', 'y')")M";
+  const std::string text = "func @f(%a: f32[7,3]) -> (f32[7,3]) {\n"
+                           "  %b = " + annotate("a", "(('x', 'y'), None)", "f32[7,3]", mesh) + "\n"
+                           "  %c = " + annotate("b", "('x', None)", "f32[7,3]", mesh) + "\n"
+                           "  return %c\n}\n";
+  const Partitioned p = partition(text);
+  EXPECT_EQ(summary(p), (std::vector<std::string>{"all-gather x,y"})) << p.program.to_string(p.graph);
+  ASSERT_EQ(p.program.warnings.size(), 1u);
+  EXPECT_NE(p.program.warnings[0].find("involuntary re-materialisation for the annotation at %c: dim 0 of %b"),
+            std::string::npos) << p.program.warnings[0];
+}
+
+}  // namespace
