@@ -10,6 +10,24 @@ std::string TensorType::to_string() const {
   return std::string(dtype_name(dtype)) + shape_to_string(shape);
 }
 
+std::vector<NodeArg> node_args_of(const OpArgs& bound, std::span<Value* const> tensors) {
+  std::vector<NodeArg> args;
+  for (const BoundArg& b : bound.all()) {
+    NodeArg arg;
+    if (b.kind == BoundArg::Kind::kConstant) {
+      arg.value = b.constant;
+    } else if (b.kind == BoundArg::Kind::kTensor) {
+      arg.value = tensors[static_cast<std::size_t>(b.tensors[0])];
+    } else {
+      std::vector<Value*> list;
+      for (int index : b.tensors) list.push_back(tensors[static_cast<std::size_t>(index)]);
+      arg.value = std::move(list);
+    }
+    args.push_back(std::move(arg));
+  }
+  return args;
+}
+
 std::vector<Value*> Node::inputs() const {
   std::vector<Value*> result;
   for (const NodeArg& arg : args_) {

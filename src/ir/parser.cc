@@ -241,20 +241,7 @@ class IrParser {
     } catch (const Error& error) {
       fail_at(op_token, error.what());
     }
-    std::vector<NodeArg> node_args;
-    for (const BoundArg& b : bound->all()) {
-      NodeArg node_arg;
-      if (b.kind == BoundArg::Kind::kConstant) {
-        node_arg.value = b.constant;
-      } else if (b.kind == BoundArg::Kind::kTensor) {
-        node_arg.value = tensors[static_cast<std::size_t>(b.tensors[0])];
-      } else {
-        std::vector<Value*> list;
-        for (int index : b.tensors) list.push_back(tensors[static_cast<std::size_t>(index)]);
-        node_arg.value = std::move(list);
-      }
-      node_args.push_back(std::move(node_arg));
-    }
+    std::vector<NodeArg> node_args = node_args_of(*bound, tensors);
     if (types.size() != op->schema.returns().size()) {
       fail_at(names.front(), fmt::format("{} returns {} value(s) but {} name(s) are given",
                                          op->full_name(), op->schema.returns().size(), names.size()));

@@ -75,6 +75,16 @@ class Resharder {
     return global_[static_cast<std::size_t>(dim)] % b_.axes_size(axes) == 0;
   }
 
+  // An instruction from slot `in` to slot `out`, working on `dim`.
+  static Instruction step(InstructionKind kind, int in, int out, int dim) {
+    Instruction instruction;
+    instruction.kind = kind;
+    instruction.inputs = {in};
+    instruction.outputs = {out};
+    instruction.dim = dim;
+    return instruction;
+  }
+
   int slot_for(const DimAxes& dims) {
     return b_.new_slot({dtype_, padded_shape(b_.mesh(), global_, dims)});
   }
@@ -120,11 +130,7 @@ class Resharder {
         out.dims[d] = wanted;
         out.unreduced.clear();
         out.slot = slot_for(out.dims);
-        Instruction instruction;
-        instruction.kind = InstructionKind::kCollective;
-        instruction.inputs = {rep.slot};
-        instruction.outputs = {out.slot};
-        instruction.dim = static_cast<int>(d);
+        Instruction instruction = step(InstructionKind::kCollective, rep.slot, out.slot, static_cast<int>(d));
         instruction.collective = collective(
             CollectiveKind::kReduceScatter, axes, bytes(rep.slot),
             fmt::format("{}; {} wants it sharded on {}", rep.unreduced_reason, why_.consumer, dim_text(static_cast<int>(d))),
@@ -136,10 +142,7 @@ class Resharder {
     Rep out = rep;
     out.unreduced.clear();
     out.slot = slot_for(out.dims);
-    Instruction instruction;
-    instruction.kind = InstructionKind::kCollective;
-    instruction.inputs = {rep.slot};
-    instruction.outputs = {out.slot};
+    Instruction instruction = step(InstructionKind::kCollective, rep.slot, out.slot, 0);
     instruction.collective = collective(CollectiveKind::kAllReduce, axes, bytes(rep.slot),
                                         fmt::format("{}; {} needs whole values", rep.unreduced_reason,
                                                     why_.consumer),
@@ -168,11 +171,7 @@ class Resharder {
         out.dims[from] = target[from];
         out.dims[to] = wanted;
         out.slot = slot_for(out.dims);
-        Instruction instruction;
-        instruction.kind = InstructionKind::kCollective;
-        instruction.inputs = {rep.slot};
-        instruction.outputs = {out.slot};
-        instruction.dim = static_cast<int>(to);
+        Instruction instruction = step(InstructionKind::kCollective, rep.slot, out.slot, static_cast<int>(to));
         instruction.concat_dim = static_cast<int>(from);
         instruction.collective = collective(
             CollectiveKind::kAllToAll, {axis}, bytes(rep.slot),
@@ -202,11 +201,7 @@ class Resharder {
     Rep out = rep;
     out.dims[d].resize(common);
     out.slot = slot_for(out.dims);
-    Instruction instruction;
-    instruction.kind = InstructionKind::kCollective;
-    instruction.inputs = {rep.slot};
-    instruction.outputs = {out.slot};
-    instruction.dim = dim;
+    Instruction instruction = step(InstructionKind::kCollective, rep.slot, out.slot, dim);
     instruction.global_size = global_[d];
     instruction.axes_before = have;
     instruction.axes_after = out.dims[d];
@@ -232,11 +227,7 @@ class Resharder {
     Rep out = rep;
     out.dims[d] = target[d];
     out.slot = slot_for(out.dims);
-    Instruction instruction;
-    instruction.kind = InstructionKind::kLocalSlice;
-    instruction.inputs = {rep.slot};
-    instruction.outputs = {out.slot};
-    instruction.dim = dim;
+    Instruction instruction = step(InstructionKind::kLocalSlice, rep.slot, out.slot, dim);
     instruction.global_size = global_[d];
     instruction.axes_before = rep.dims[d];
     instruction.axes_after = target[d];

@@ -86,20 +86,7 @@ static std::optional<std::vector<Tensor>> run_sharded(const OpDef& op, const OpA
     auto graph = std::make_unique<Graph>(std::string(op.schema.name()));
     std::vector<Value*> inputs;
     for (const auto& tensor : tensors) inputs.push_back(graph->add_input(tensor->type));
-    std::vector<NodeArg> args;
-    for (const BoundArg& arg : bound.all()) {
-      NodeArg node_arg;
-      if (arg.kind == BoundArg::Kind::kConstant) {
-        node_arg.value = arg.constant;
-      } else if (arg.kind == BoundArg::Kind::kTensor) {
-        node_arg.value = inputs[static_cast<std::size_t>(arg.tensors[0])];
-      } else {
-        std::vector<Value*> list;
-        for (int index : arg.tensors) list.push_back(inputs[static_cast<std::size_t>(index)]);
-        node_arg.value = std::move(list);
-      }
-      args.push_back(std::move(node_arg));
-    }
+    std::vector<NodeArg> args = node_args_of(bound, inputs);
     Node* node = graph->add_node(op, std::move(args), output_types);
     graph->set_outputs(node->outputs());
     prepared = runner->prepare(*graph, shardings);

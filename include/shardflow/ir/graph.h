@@ -8,6 +8,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -43,6 +44,10 @@ struct NodeArg {
   bool is_constant() const { return std::holds_alternative<Constant>(value); }
   const Constant& constant() const { return std::get<Constant>(value); }
 };
+
+// A call's bound arguments as node arguments: tensor indices become the
+// values `tensors[index]`.
+std::vector<NodeArg> node_args_of(const OpArgs& bound, std::span<Value* const> tensors);
 
 class Node {
  public:
