@@ -1,0 +1,58 @@
+// The sharding plan: which mesh axes each parameter and annotated activation
+// is split over.
+#include <fmt/format.h>
+
+#include "shardflow/base/error.h"
+#include "shardflow/models/llama.h"
+
+namespace shardflow::llama {
+
+ShardingPlan ShardingPlan::megatron(std::shared_ptr<const Mesh> mesh) {
+  ShardingPlan plan;
+  plan.mesh = std::move(mesh);
+  const SpecEntry none = shardflow::none;
+  auto column = PartitionSpec{"model", "fsdp"};  // [out, in]: output features over model
+  auto row = PartitionSpec{"fsdp", "model"};     // input features over model: partial sums
+  plan.params = {
+      {"tok_embeddings", {none, "fsdp"}},
+      {"attention_norm", {none}},
+      {"wq", column},
+      {"wk", column},
+      {"wv", column},
+      {"wo", row},
+      {"ffn_norm", {none}},
+      {"w1", column},
+      {"w3", column},
+      {"w2", row},
+      {"norm", {none}},
+      {"output", {"model", "fsdp"}},  // vocab over model
+  };
+  plan.activations = {
+      {"tokens", {"data", none}},
+      {"kv_cache", {"data", "model", none, none}},
+      {"block_output", {"data", "fsdp", "model"}},
+  };
+  return plan;
+}
+
+const PartitionSpec& ShardingPlan::param(const std::string& role) const {
+  auto it = params.find(role);
+  if (it == params.end()) throw Error(fmt::format("the sharding plan has no entry for parameter '{}'", role));
+  return it->second;
+}
+
+const PartitionSpec* ShardingPlan::activation(const std::string& role) const {
+  auto it = activations.find(role);
+  return it == activations.end() ? nullptr : &it->second;
+}
+
+std::string ShardingPlan::to_string() const {
+  std::string out = fmt::format("mesh {}\n", mesh ? mesh->to_string() : "(none)");
+  for (const auto& [role, spec] : params) out += fmt::format("  param       {:<15} {}\n", role, spec.to_string());
+  for (const auto& [role, spec] : activations) {
+    out += fmt::format("  activation  {:<15} {}\n", role, spec.to_string());
+  }
+  return out;
+}
+
+}  // namespace shardflow::llama
