@@ -55,3 +55,29 @@ struct PartitionOptions {
 int run_partition_command(const PartitionOptions& options);
 
 }  // namespace shardflow::cli
+
+namespace shardflow::cli {
+
+struct LlamaOptions {
+  std::optional<std::string> weights;    // a llama2.c .bin
+  std::optional<std::string> tokenizer;  // a llama2.c tokenizer.bin
+  std::optional<std::string> config;     // a named config for random weights
+  int64_t seed = 0;
+  std::optional<std::string> mesh;
+  std::string axis_names = "data,fsdp,model";
+  std::optional<int64_t> devices;
+  std::optional<std::string> prompt;
+  std::optional<std::string> prompt_ids;
+  int64_t steps = 32;
+  std::optional<int64_t> batch;
+  double temperature = 0;
+  double top_p = 0.9;
+  bool check = false;
+  std::string format = "text";
+};
+
+// `shardflow llama`: LLaMA 2 generation on in-process devices with the
+// Megatron plan and activation sharding; --check compares with one device.
+int run_llama_command(const LlamaOptions& options);
+
+}  // namespace shardflow::cli

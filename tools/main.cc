@@ -71,6 +71,28 @@ static void add_ir_commands(CLI::App& app, cli::IrOptions& ir, cli::RunOptions& 
       ->check(CLI::IsMember({"text", "json"}));
 }
 
+static void add_llama_command(CLI::App& app, cli::LlamaOptions& o) {
+  CLI::App* c = app.add_subcommand(
+      "llama", "Generate with LLaMA 2 on in-process devices: Megatron sharding plan, activation sharding "
+               "inside the compiled step, one program for prefill and one for decode");
+  c->add_option("--weights", o.weights, "llama2.c checkpoint (.bin); default: random weights of --config");
+  c->add_option("--tokenizer", o.tokenizer, "llama2.c tokenizer.bin (without it prompts and outputs are ids)");
+  c->add_option("--config", o.config, "Random-weight config: tiny, stories15M (default), stories110M, 7B");
+  c->add_option("--seed", o.seed, "Seed of random weights and of sampling");
+  c->add_option("--mesh", o.mesh, "Mesh shape over the axes, e.g. 4,1,2 (default: all devices on 'model')");
+  c->add_option("--axis-names", o.axis_names, "Mesh axis names (the plan uses data, fsdp, model)");
+  c->add_option("--devices", o.devices, "In-process devices (default: the mesh size, or 1)");
+  auto* prompt = c->add_option("--prompt", o.prompt, "Prompt text (encoded with BOS; needs --tokenizer)");
+  c->add_option("--prompt-ids", o.prompt_ids, "Prompt token ids, used exactly as given, e.g. 1,450,4996")
+      ->excludes(prompt);
+  c->add_option("--steps", o.steps, "Tokens to generate");
+  c->add_option("--batch", o.batch, "Batch rows (default: the size of the 'data' axis)");
+  c->add_option("--temperature", o.temperature, "0: greedy (default); above 0: sampling");
+  c->add_option("--top-p", o.top_p, "Nucleus sampling threshold when sampling");
+  c->add_flag("--check", o.check, "Also generate on one device without sharding and compare (exit 1 on mismatch)");
+  c->add_option("--format", o.format, "Output format")->check(CLI::IsMember({"text", "json"}));
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"shardflow: SPMD partitioning of tensor programs over a device mesh"};
   app.require_subcommand(1);
@@ -80,6 +102,8 @@ int main(int argc, char** argv) {
   cli::RunOptions run_options;
   cli::PartitionOptions partition_options;
   add_ir_commands(app, ir_options, run_options, partition_options);
+  cli::LlamaOptions llama_options;
+  add_llama_command(app, llama_options);
 
   try {
     app.parse(argc, argv);
@@ -99,6 +123,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("ir")) return cli::run_ir_command(ir_options);
     if (app.got_subcommand("run")) return cli::run_run_command(run_options);
     if (app.got_subcommand("partition")) return cli::run_partition_command(partition_options);
+    if (app.got_subcommand("llama")) return cli::run_llama_command(llama_options);
   } catch (const cli::UsageError& error) {
     std::cerr << "error: " << one_line(error.what()) << "\n";
     return 2;

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <optional>
 #include <unordered_map>
 
@@ -38,6 +39,14 @@ Shape local_shape(const Shape& global, const Sharding& sharding) {
 }
 
 namespace {
+
+// A mesh axis of size one splits nothing (a (4,1,2) mesh's 'fsdp'): the
+// partitioner leaves such axes out, so they never cost a collective.
+DimAxes effective_axes(const Mesh& mesh, const Sharding& sharding) {
+  DimAxes dims = sharding.all_dim_axes();
+  for (auto& axes : dims) std::erase_if(axes, [&](int axis) { return mesh.axis_size(axis) == 1; });
+  return dims;
+}
 
 // Splits a dim's axes over its factors (major first); see propagation.cc for
 // the same projection. Returns per factor the axes it takes.
@@ -125,7 +134,7 @@ class Partitioner {
     for (const Value* input : graph_.inputs()) {
       const Sharding& sharding = shardings_.sharding(input);
       Rep rep;
-      rep.dims = sharding.all_dim_axes();
+      rep.dims = effective_axes(mesh_, sharding);
       rep.slot = builder_.new_slot({input->type().dtype, padded_shape(mesh_, input->type().shape, rep.dims)});
       reps_[input] = rep;
       program_.input_slots.push_back(rep.slot);
@@ -141,7 +150,7 @@ class Partitioner {
     for (std::size_t i = 0; i < graph_.outputs().size(); ++i) {
       const Value* output = graph_.outputs()[i];
       const Sharding& sharding = shardings_.sharding(output);
-      const Rep rep = reshard_value(output, sharding.all_dim_axes(), fmt::format("output {}", i));
+      const Rep rep = reshard_value(output, effective_axes(mesh_, sharding), fmt::format("output {}", i));
       program_.output_slots.push_back(rep.slot);
       program_.output_shardings.push_back(sharding);
       program_.output_types.push_back(output->type());
@@ -154,23 +163,34 @@ class Partitioner {
   }
 
   std::string origin_text(const Value* value, int dim) const {
-    return shardings_.origin(value, dim).describe();
+    const ShardingOrigin& origin = shardings_.origin(value, dim);
+    if (origin.source != nullptr || value->producer() == nullptr) return origin.describe();
+    // Propagation left the dim whole; the partitioner kept the producer's
+    // operands' layout because that was cheaper than gathering them.
+    return fmt::format("%{} {}, computed in its operands' layout", value->name(),
+                       value->producer()->op().full_name());
   }
 
+  // The same value wanted in the same layout by several users (q, k and v
+  // projections of one normalised input) is resharded once.
   Rep reshard_value(const Value* value, const DimAxes& target, std::string consumer) {
     const Rep& rep = reps_.at(value);
     if (rep.dims == target && rep.unreduced.empty()) return rep;
+    const auto key = std::make_pair(value, target);
+    if (auto found = resharded_.find(key); found != resharded_.end()) return found->second;
     ReshardWhy why;
     why.value = value;
     why.consumer = std::move(consumer);
     why.origin = [this, value](int dim) { return origin_text(value, dim); };
-    return partition_detail::reshard(builder_, rep, target, value->type().shape, value->type().dtype, why);
+    Rep result = partition_detail::reshard(builder_, rep, target, value->type().shape, value->type().dtype, why);
+    resharded_.emplace(key, result);
+    return result;
   }
 
   void lower_annotation(const Node& node) {
     const Value* input = node.inputs()[0];
     const Value* output = node.output();
-    reps_[output] = reshard_value(input, shardings_.sharding(output).all_dim_axes(),
+    reps_[output] = reshard_value(input, effective_axes(mesh_, shardings_.sharding(output)),
                                   fmt::format("the annotation at %{}", output->name()));
   }
 
@@ -273,7 +293,7 @@ class Partitioner {
         if (agreed && all_agree) take(f, *agreed);
       }
       for (std::size_t r = 0; r < node.outputs().size(); ++r) {
-        const DimAxes& dims = shardings_.sharding(node.outputs()[r]).all_dim_axes();
+        const DimAxes dims = effective_axes(mesh_, shardings_.sharding(node.outputs()[r]));
         std::vector<std::vector<int>> projected(rule.factors.size());
         for (std::size_t d = 0; d < dims.size(); ++d) project_dim(mesh_, rule, rule.results[r][d], dims[d], projected);
         for (std::size_t f = 0; f < projected.size(); ++f) {
@@ -320,7 +340,7 @@ class Partitioner {
           moved.unreduced_reason = rep.unreduced_reason;
           rep = std::move(moved);
         } else {
-          rep = partition_detail::reshard(builder_, rep, wanted, type.shape, type.dtype, why);
+          rep = reshard_value(operands[o], wanted, node_text(node));
         }
       }
       local.push_back(std::move(rep));
@@ -407,7 +427,7 @@ class Partitioner {
       reps_[output] = results[r];
       if (op.position_dependent) {
         // Computed whole on every device: keep the shard propagation chose.
-        reps_[output] = reshard_value(output, shardings_.sharding(output).all_dim_axes(), node_text(node));
+        reps_[output] = reshard_value(output, effective_axes(mesh_, shardings_.sharding(output)), node_text(node));
       }
     }
   }
@@ -418,6 +438,7 @@ class Partitioner {
   ProgramBuilder builder_;
   PartitionedProgram& program_;
   std::unordered_map<const Value*, Rep> reps_;
+  std::map<std::pair<const Value*, DimAxes>, Rep> resharded_;
 };
 
 }  // namespace

@@ -23,6 +23,14 @@ struct SpmdPrepared : PreparedGraph {
     return out;
   }
 
+  std::vector<ProgramCollective> collectives() const override {
+    std::vector<ProgramCollective> out;
+    for (const CollectiveInfo& info : program.collectives) {
+      out.push_back({std::string(to_string(info.kind)), info.describe(*program.mesh), info.bytes_per_device});
+    }
+    return out;
+  }
+
   PropagationResult shardings;
   PartitionedProgram program;
 };

@@ -118,22 +118,35 @@ CompiledFunction::CompiledFunction(Body body, std::string name) : state_(std::ma
   state_->name = std::move(name);
 }
 
+namespace {
+
+// The graph's inputs for the runner: the explicit ones, then the captured.
+std::vector<Tensor> runner_inputs(const CacheEntry& entry, const std::vector<Tensor>& inputs,
+                                  const std::vector<std::shared_ptr<TensorImpl>>& captured) {
+  std::vector<Tensor> all_inputs = inputs;
+  for (std::size_t c = 0; c < captured.size(); ++c) {
+    const CapturedTensor& kept = entry.record.captured[c];
+    all_inputs.push_back(kept.by_value ? Tensor(*kept.by_value) : Tensor(captured[c]));
+  }
+  return all_inputs;
+}
+
+void prepare_for(GraphRunner& runner, CacheEntry& entry, std::span<const Tensor> all_inputs) {
+  if (entry.prepared_by == &runner) return;
+  std::vector<std::optional<Sharding>> shardings;
+  for (const Tensor& input : all_inputs) shardings.push_back(input.sharding());
+  entry.prepared = runner.prepare(entry.record.graph, shardings);
+  entry.prepared_by = &runner;
+}
+
+}  // namespace
+
 std::vector<Tensor> CompiledFunction::call(const std::vector<Tensor>& inputs) {
   auto [entry, captured] = state_->lookup(inputs);
   if (GraphRunner* runner = graph_runner()) {
-    CacheEntry& mutable_entry = *entry;
-    std::vector<Tensor> all_inputs = inputs;
-    for (std::size_t c = 0; c < captured.size(); ++c) {
-      const CapturedTensor& kept = entry->record.captured[c];
-      all_inputs.push_back(kept.by_value ? Tensor(*kept.by_value) : Tensor(captured[c]));
-    }
-    if (mutable_entry.prepared_by != runner) {
-      std::vector<std::optional<Sharding>> shardings;
-      for (const Tensor& input : all_inputs) shardings.push_back(input.sharding());
-      mutable_entry.prepared = runner->prepare(entry->record.graph, shardings);
-      mutable_entry.prepared_by = runner;
-    }
-    return runner->run(*mutable_entry.prepared, all_inputs);
+    const std::vector<Tensor> all_inputs = runner_inputs(*entry, inputs, captured);
+    prepare_for(*runner, *entry, all_inputs);
+    return runner->run(*entry->prepared, all_inputs);
   }
   std::vector<DenseTensor> values;
   const auto value_of = [&](const Tensor& tensor, const Value& input) {
@@ -155,7 +168,9 @@ std::vector<Tensor> CompiledFunction::call(const std::vector<Tensor>& inputs) {
 }
 
 const Graph& CompiledFunction::trace(const std::vector<Tensor>& inputs) {
-  return state_->lookup(inputs).first->record.graph;
+  auto [entry, captured] = state_->lookup(inputs);
+  if (GraphRunner* runner = graph_runner()) prepare_for(*runner, *entry, runner_inputs(*entry, inputs, captured));
+  return entry->record.graph;
 }
 
 const Graph& CompiledFunction::graph() const {
@@ -169,6 +184,11 @@ std::string CompiledFunction::program_text() const {
   if (state_->last == nullptr) throw_compiled_not_called();
   if (state_->last->prepared) return state_->last->prepared->describe(state_->last->record.graph);
   return graph_text();
+}
+
+std::vector<ProgramCollective> CompiledFunction::collectives() const {
+  if (state_->last == nullptr) throw_compiled_not_called();
+  return state_->last->prepared ? state_->last->prepared->collectives() : std::vector<ProgramCollective>{};
 }
 
 void CompiledFunction::save_graph(const std::filesystem::path& path) const {

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -116,6 +117,8 @@ class Model {
   CompileStats decode_stats() const;
   // The decode program as partitioned: shardings and collectives with reasons.
   std::string decode_program_text() const;
+  // The collectives of one decode step (after the first decode call).
+  std::vector<ProgramCollective> decode_collectives() const;
 
  private:
   std::vector<Tensor> step(const std::vector<Tensor>& inputs) const;
@@ -133,6 +136,8 @@ struct SamplingOptions {
   double top_p = 0.9;        // nucleus sampling when temperature > 0 (1: off)
   uint64_t seed = 0;
   bool keep_logits = false;  // record every step's logits (for comparisons)
+  // Called after each generated token (for progress displays).
+  std::function<void(int64_t generated, int64_t total)> on_token;
 };
 
 struct Generation {

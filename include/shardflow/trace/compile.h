@@ -40,11 +40,20 @@ namespace shardflow {
 // with the reference kernels; a multi-device runtime installs one that
 // propagates shardings, partitions the graph and runs it on its devices.
 // (This keeps compile() free of the later pipeline stages.)
+// One collective of a prepared program, for reports.
+struct ProgramCollective {
+  std::string kind;         // all-reduce, all-gather, reduce-scatter, all-to-all, collective-permute
+  std::string description;  // "all-reduce over 'model' (2 MiB/device): <reason>"
+  int64_t bytes_per_device = 0;
+};
+
 class PreparedGraph {
  public:
   virtual ~PreparedGraph() = default;
   // The graph with each value's sharding, and the collectives with their reasons.
   virtual std::string describe(const Graph& graph) const = 0;
+  // The collectives one run executes, in program order (none on one device).
+  virtual std::vector<ProgramCollective> collectives() const { return {}; }
 };
 
 class GraphRunner {
@@ -77,7 +86,9 @@ class CompiledFunction {
 
   // Traces or reuses a graph for these inputs, then runs it.
   std::vector<Tensor> call(const std::vector<Tensor>& inputs);
-  // Traces or reuses a graph without running it (inputs may be shape-only).
+  // Traces or reuses a graph without running it (inputs may be shape-only);
+  // on a multi-device runtime also propagates and partitions it, so that the
+  // next call with such inputs only runs.
   const Graph& trace(const std::vector<Tensor>& inputs);
 
   // The graph of the most recent call; an error before the first.
@@ -86,6 +97,8 @@ class CompiledFunction {
   // The graph as the runner prepared it: shardings of every value and the
   // collectives with their reasons (the plain graph on one device).
   std::string program_text() const;
+  // The collectives of the most recent call's program.
+  std::vector<ProgramCollective> collectives() const;
   void save_graph(const std::filesystem::path& path) const;
   const CompileStats& stats() const;
 

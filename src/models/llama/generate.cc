@@ -90,6 +90,7 @@ Generation generate(Model& model, const std::vector<std::vector<int64_t>>& promp
       out.tokens[static_cast<std::size_t>(b)].push_back(next.back());
     }
     if (options.keep_logits) out.logits.push_back(values);
+    if (options.on_token) options.on_token(static_cast<int64_t>(out.tokens[0].size()), options.steps);
     return next;
   };
 

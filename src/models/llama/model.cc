@@ -196,5 +196,6 @@ void Model::trace(int64_t batch, int64_t prompt_length) {
 CompileStats Model::prefill_stats() const { return prefill_->stats(); }
 CompileStats Model::decode_stats() const { return decode_->stats(); }
 std::string Model::decode_program_text() const { return decode_->program_text(); }
+std::vector<ProgramCollective> Model::decode_collectives() const { return decode_->collectives(); }
 
 }  // namespace shardflow::llama
