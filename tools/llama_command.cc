@@ -33,6 +33,7 @@ struct RunOutcome {
   double compile_ms = 0;
   CompileStats prefill, decode;
   std::vector<ProgramCollective> decode_collectives;
+  std::string plan_text;
 };
 
 struct Setup {
@@ -120,6 +121,7 @@ RunOutcome generate_once(const LlamaOptions& o, const Setup& s, bool sharded, bo
     std::vector<int64_t> ids(static_cast<std::size_t>(s.devices));
     std::iota(ids.begin(), ids.end(), 0);
     plan = llama::ShardingPlan::megatron(std::make_shared<const Mesh>(ids, s.mesh_shape, s.axis_names));
+    out.plan_text = plan->to_string();
   }
   Progress progress(sharded ? fmt::format("{} devices", s.devices) : "1 device");
   progress.update(0, o.steps);
@@ -228,6 +230,7 @@ int run_llama_command(const LlamaOptions& o) {
     std::cout << fmt::format("\n{} on {} device(s), mesh ({}) over ({}), batch {}, {} prompt token(s)\n",
                              s.config.to_string(), s.devices, fmt::join(s.mesh_shape, ", "),
                              fmt::join(s.axis_names, ", "), s.batch, g.prompt_tokens);
+    std::cout << "sharding plan: " << run.plan_text;
     std::cout << fmt::format("prefill {:.1f} tokens/s, decode {:.1f} tokens/s, compile {:.0f} ms, "
                              "{} traces, {} cache hits\n",
                              prefill_tps, decode_tps, run.compile_ms, traces, cache_hits);

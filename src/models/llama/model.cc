@@ -181,8 +181,9 @@ Tensor Model::forward(const Tensor& tokens, int64_t start, KVCache& cache) {
 
 void Model::trace(int64_t batch, int64_t prompt_length) {
   const Config& c = config();
-  for (int64_t length : {prompt_length, int64_t{1}}) {
-    if (length == 1 && prompt_length == 1) continue;
+  std::vector<int64_t> lengths{prompt_length};
+  if (prompt_length != 1) lengths.push_back(1);  // a one-token prompt runs the decode program
+  for (int64_t length : lengths) {
     std::vector<Tensor> inputs{Tensor::meta(DType::kI64, {batch, length}), Tensor::meta(DType::kI64, {length})};
     const KVCache cache = new_cache(batch);
     for (int64_t l = 0; l < c.n_layers; ++l) {

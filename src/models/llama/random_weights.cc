@@ -38,13 +38,16 @@ Weights random_weights(const Config& config, int64_t seed, const ShardingPlan* p
   const int64_t q_dim = config.n_heads * hd, kv_dim = config.n_kv_heads * hd;
   Weights w;
   w.config = config;
-  w.tok_embeddings = place_tensor({config.vocab_size, dim}, uniform(seed, 0, 0, std::sqrt(3.0)), plan,
+  // Embedding std 2/sqrt(dim): a tied head then gives logits of std ~2, so
+  // sampling has choices and greedy decoding does not just repeat its input.
+  const double embedding_width = 2 * linear_width(dim);
+  w.tok_embeddings = place_tensor({config.vocab_size, dim}, uniform(seed, 0, 0, embedding_width), plan,
                                   "tok_embeddings");
   w.norm = place_tensor({dim}, uniform(seed, 1, 1, 0.2), plan, "norm");
   // A tied head has the embedding's values but its own layout (the plan
   // splits the vocabulary over 'model' for the head only).
   w.output = config.shared_classifier
-                 ? place_tensor({config.vocab_size, dim}, uniform(seed, 0, 0, std::sqrt(3.0)), plan, "output")
+                 ? place_tensor({config.vocab_size, dim}, uniform(seed, 0, 0, embedding_width), plan, "output")
                  : place_tensor({config.vocab_size, dim}, uniform(seed, 2, 0, linear_width(dim)), plan, "output");
   for (int64_t l = 0; l < config.n_layers; ++l) {
     const int64_t id = 16 * (l + 1);

@@ -1,0 +1,100 @@
+// The `shardflow llama` contract that scripts rely on.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "shardflow/models/checkpoint.h"
+#include "shardflow/models/tokenizer.h"
+#include "tools/cli_runner.h"
+
+namespace {
+
+using json = nlohmann::ordered_json;  // keeps the key order
+
+TEST(LlamaCli, JsonContractAndCheck) {
+  const CliResult r = run_cli("llama --config tiny --mesh 4,1,2 --prompt-ids 1,7,9 --steps 6 --check --format json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json out = json::parse(r.out);
+  ASSERT_EQ(out["tokens"].size(), 4u);  // --batch defaults to the 'data' axis
+  for (const auto& row : out["tokens"]) EXPECT_EQ(row.size(), 6u);  // generated tokens only
+  EXPECT_EQ(out["tokens"][0], out["tokens"][3]);                    // greedy, same prompt
+  EXPECT_EQ(out["text"].size(), 4u);
+  EXPECT_GT(out["prefill_tokens_per_s"].get<double>(), 0);
+  EXPECT_GT(out["decode_tokens_per_s"].get<double>(), 0);
+  EXPECT_GE(out["compile_ms"].get<double>(), 0);
+  EXPECT_EQ(out["traces"], 2);
+  EXPECT_EQ(out["cache_hits"], 6);  // both traced ahead of time, then 1 prefill + 5 decode calls
+  EXPECT_GE(out["collectives_per_decode_step"]["all-reduce"].get<int>(), 1);
+  EXPECT_LT(out["max_abs_logit_diff"].get<double>(), 1e-2);
+  const std::vector<std::string> keys{"tokens", "text", "prefill_tokens_per_s", "decode_tokens_per_s", "compile_ms",
+                                      "traces", "cache_hits", "collectives_per_decode_step", "max_abs_logit_diff"};
+  std::vector<std::string> got;
+  for (const auto& [key, value] : out.items()) got.push_back(key);
+  EXPECT_EQ(got, keys);
+}
+
+TEST(LlamaCli, TextReportsSpeedsAndCollectivesWithReasons) {
+  const CliResult r = run_cli("llama --config tiny --devices 2 --prompt-ids 1,2 --steps 3");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("mesh (1, 1, 2) over (data, fsdp, model), batch 1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("tokens/s"), std::string::npos);
+  EXPECT_NE(r.out.find("all-reduce over 'model'"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("contracts dim"), std::string::npos) << r.out;
+}
+
+TEST(LlamaCli, TextPromptsAndCheckpoints) {
+  const std::string dir = testing::TempDir();
+  // A tokenizer whose vocabulary is the tiny config's 320 tokens.
+  std::vector<std::string> tokens{"<unk>", "<s>", "</s>"};
+  std::vector<float> scores(3, 0);
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof(name), "<0x%02X>", b);
+    tokens.emplace_back(name);
+    scores.push_back(0);
+  }
+  for (char c = 'a'; c <= 'z'; ++c) {
+    tokens.push_back(std::string(1, c));
+    scores.push_back(-1);
+  }
+  tokens.push_back(" ");
+  scores.push_back(-1);
+  while (tokens.size() < 320) {
+    tokens.push_back("x" + std::to_string(tokens.size()));
+    scores.push_back(-5);
+  }
+  shardflow::llama::Tokenizer::write(dir + "tok.bin", tokens, scores);
+  shardflow::llama::write_llama2c(dir + "tiny.bin",
+                                  shardflow::llama::random_weights(shardflow::llama::Config::named("tiny"), 4));
+
+  const CliResult r = run_cli("llama --weights " + dir + "tiny.bin --tokenizer " + dir +
+                              "tok.bin --prompt 'hello there' --steps 4 --devices 2 --check --format json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json out = json::parse(r.out);
+  EXPECT_EQ(out["text"][0].get<std::string>().rfind("hello there", 0), 0u) << out["text"];
+
+  const CliResult no_tokenizer = run_cli("llama --config tiny --prompt hi");
+  EXPECT_EQ(no_tokenizer.status, 1);
+  EXPECT_NE(no_tokenizer.err.find("--prompt needs --tokenizer"), std::string::npos) << no_tokenizer.err;
+}
+
+TEST(LlamaCli, BadInputGivesOneErrorLine) {
+  const CliResult mismatch = run_cli("llama --config tiny --mesh 2,1,2 --devices 8");
+  EXPECT_EQ(mismatch.status, 1);
+  EXPECT_NE(mismatch.err.find("--devices 8 does not match the mesh 2,1,2 of 4 devices"), std::string::npos)
+      << mismatch.err;
+  const CliResult unknown = run_cli("llama --config huge");
+  EXPECT_EQ(unknown.status, 1);
+  EXPECT_NE(unknown.err.find("unknown LLaMA config 'huge'; expected one of: tiny, stories15M"), std::string::npos);
+  const CliResult token = run_cli("llama --config tiny --prompt-ids 1,999");
+  EXPECT_EQ(token.status, 1);
+  EXPECT_NE(token.err.find("prompt token 999 is outside the vocabulary 0..319"), std::string::npos) << token.err;
+  const CliResult missing = run_cli("llama --weights /nonexistent/model.bin");
+  EXPECT_EQ(missing.status, 1);
+  EXPECT_NE(missing.err.find("cannot open llama2.c checkpoint"), std::string::npos);
+  const CliResult too_long = run_cli("llama --config tiny --prompt-ids 1 --steps 100");
+  EXPECT_EQ(too_long.status, 1);
+  EXPECT_NE(too_long.err.find("seq_len 64"), std::string::npos) << too_long.err;
+}
+
+}  // namespace
