@@ -40,13 +40,13 @@ demo() {
   install_packages
   build release
   local shardflow=build/release/tools/shardflow
-  # The showcase mesh: 8 devices as (data=4, fsdp=1, model=2); an activation of
-  # shape (batch 4, 16 tokens, 288 features) annotated over all three axes,
-  # then a Megatron-style column-split weight on the same mesh.
-  local args=(--mesh-shape 4,1,2 --axis-names data,fsdp,model)
+  # The showcase: LLaMA 2 generation (stories15M shapes, random weights) on 8
+  # in-process devices, mesh (data=4, fsdp=1, model=2), block outputs
+  # annotated over all three axes inside the compiled step; --check generates
+  # again on one device without sharding and compares tokens and logits.
   set -x
-  "$shardflow" sharding "${args[@]}" --spec "('data', 'fsdp', 'model')" --shape 4,16,288
-  "$shardflow" sharding "${args[@]}" --spec "(None, 'model')" --shape 288,768
+  OPENBLAS_NUM_THREADS=1 "$shardflow" llama --config stories15M --devices 8 --mesh 4,1,2 \
+    --prompt-ids 1,450,4996,310 --steps 48 --check
 }
 
 run_tests() {

@@ -2,6 +2,7 @@
 // sampler's properties.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <numeric>
 #include <random>
 
@@ -78,6 +79,47 @@ TEST(SampleToken, GreedyTemperatureAndNucleus) {
   for (std::size_t i = 0; i < logits.size(); ++i) {
     EXPECT_NEAR(counts[i] / static_cast<double>(draws), p[i], 0.01) << i;
   }
+}
+
+}  // namespace
+}  // namespace shardflow::llama
+
+namespace shardflow::llama {
+namespace {
+
+std::map<std::string, int> decode_collectives(bool annotate_block_outputs) {
+  Runtime runtime = Runtime::local(8);
+  std::vector<int64_t> ids(8);
+  std::iota(ids.begin(), ids.end(), 0);
+  ShardingPlan plan = ShardingPlan::megatron(
+      std::make_shared<const Mesh>(ids, std::vector<int64_t>{4, 1, 2}, std::vector<std::string>{"data", "fsdp", "model"}));
+  if (!annotate_block_outputs) plan.activations.erase("block_output");
+  Config config = Config::named("tiny");
+  config.n_kv_heads = config.n_heads;  // heads split evenly over model=2
+  Model model(random_weights(config, 1, &plan), plan);
+  SamplingOptions options;
+  options.steps = 3;
+  generate(model, std::vector<std::vector<int64_t>>(4, {1, 2}), options);
+  std::map<std::string, int> kinds;
+  for (const ProgramCollective& c : model.decode_collectives()) {
+    ++kinds[c.kind];
+    EXPECT_NE(c.description.find("over 'model'"), std::string::npos) << c.description;  // never the size-1 'fsdp'
+  }
+  return kinds;
+}
+
+// Megatron's two all-reduces per layer and nothing else (the logits leave
+// the program split over the vocabulary).
+TEST(LlamaCollectives, MegatronPlanReachesTheMinimum) {
+  EXPECT_EQ(decode_collectives(false), (std::map<std::string, int>{{"all-reduce", 4}}));
+}
+
+// Block outputs sharded over 'model' (PyTorch/XLA's (0, 1, 2) annotation):
+// the residual stays sharded, so each of the two sublayers gathers its
+// input and reduce-scatters its output, and RMSNorm all-reduces its mean.
+TEST(LlamaCollectives, ShardedBlockOutputsTradeAllReducesForGatherAndScatter) {
+  EXPECT_EQ(decode_collectives(true),
+            (std::map<std::string, int>{{"all-gather", 5}, {"all-reduce", 5}, {"reduce-scatter", 4}}));
 }
 
 }  // namespace
