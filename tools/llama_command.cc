@@ -116,7 +116,8 @@ RunOutcome generate_once(const LlamaOptions& o, const Setup& s, bool sharded, bo
   RunOutcome out;
   std::optional<Runtime> runtime;
   std::optional<llama::ShardingPlan> plan;
-  if (sharded) {
+  // One device needs no runtime: the compiled programs run on the caller's thread.
+  if (sharded && s.devices > 1) {
     runtime.emplace(Runtime::local(s.devices));
     std::vector<int64_t> ids(static_cast<std::size_t>(s.devices));
     std::iota(ids.begin(), ids.end(), 0);
@@ -230,7 +231,7 @@ int run_llama_command(const LlamaOptions& o) {
     std::cout << fmt::format("\n{} on {} device(s), mesh ({}) over ({}), batch {}, {} prompt token(s)\n",
                              s.config.to_string(), s.devices, fmt::join(s.mesh_shape, ", "),
                              fmt::join(s.axis_names, ", "), s.batch, g.prompt_tokens);
-    std::cout << "sharding plan: " << run.plan_text;
+    if (!run.plan_text.empty()) std::cout << "sharding plan: " << run.plan_text;
     std::cout << fmt::format("prefill {:.1f} tokens/s, decode {:.1f} tokens/s, compile {:.0f} ms, "
                              "{} traces, {} cache hits\n",
                              prefill_tps, decode_tps, run.compile_ms, traces, cache_hits);

@@ -71,6 +71,7 @@ void OpRegistry::add(std::string_view schema_text, OpDef def) {
   }
   ops_.push_back(std::make_unique<OpDef>(std::move(def)));
   by_full_name_.emplace(ops_.back()->schema.full_name(), ops_.back().get());
+  by_qualified_name_[ops_.back()->schema.qualified_name()].push_back(ops_.back().get());
 }
 
 const OpDef* OpRegistry::find(std::string_view full_name) const {
@@ -79,13 +80,12 @@ const OpDef* OpRegistry::find(std::string_view full_name) const {
 }
 
 std::vector<const OpDef*> OpRegistry::overloads(std::string_view name) const {
-  std::vector<const OpDef*> result;
   // "aten::squeeze" names every overload (squeeze, squeeze.dim), as in
   // PyTorch; "aten::squeeze.dim" names one.
-  for (const auto& op : ops_) {
-    if (op->schema.qualified_name() == name) result.push_back(op.get());
-  }
-  if (result.empty()) {
+  std::vector<const OpDef*> result;
+  if (auto found = by_qualified_name_.find(std::string(name)); found != by_qualified_name_.end()) {
+    result = found->second;
+  } else {
     if (const OpDef* exact = find(name)) result.push_back(exact);
   }
   return result;

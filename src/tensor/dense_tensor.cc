@@ -21,7 +21,7 @@ namespace {
 class BufferPool {
  public:
   static constexpr std::size_t kAlignment = 64;
-  static constexpr std::size_t kPooledMin = std::size_t{1} << 20;  // smaller: plain malloc
+  static constexpr std::size_t kPooledMin = std::size_t{64} << 10;  // smaller: plain malloc
   static constexpr std::size_t kMaxCached = std::size_t{1} << 30;  // bytes kept at most
 
   static BufferPool& instance() {

@@ -14,6 +14,22 @@ void gemm_f32(const GemmShape& s, const float* a, const float* b, float* c, bool
     if (!accumulate) std::memset(c, 0, static_cast<std::size_t>(s.m * s.n) * sizeof(float));
     return;
   }
+  if (s.m <= 2 && !s.transpose_a) {
+    // A row or two (decode steps): sgemm would first pack all of B, a full
+    // extra pass over the weights; matrix-vector products stream B once.
+    for (int64_t i = 0; i < s.m; ++i) {
+      const float* x = a + i * s.k;
+      float* y = c + i * s.n;
+      if (s.transpose_b) {  // B stored n x k: y = B x
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(s.n), static_cast<int>(s.k), 1.0f, b,
+                    static_cast<int>(s.k), x, 1, accumulate ? 1.0f : 0.0f, y, 1);
+      } else {  // B stored k x n: y = B^T x
+        cblas_sgemv(CblasRowMajor, CblasTrans, static_cast<int>(s.k), static_cast<int>(s.n), 1.0f, b,
+                    static_cast<int>(s.n), x, 1, accumulate ? 1.0f : 0.0f, y, 1);
+      }
+    }
+    return;
+  }
   const auto lda = static_cast<int>(s.transpose_a ? s.m : s.k);
   const auto ldb = static_cast<int>(s.transpose_b ? s.k : s.n);
   cblas_sgemm(CblasRowMajor, s.transpose_a ? CblasTrans : CblasNoTrans,

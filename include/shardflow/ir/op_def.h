@@ -122,6 +122,8 @@ class OpRegistry {
  private:
   std::vector<std::unique_ptr<OpDef>> ops_;
   std::unordered_map<std::string, const OpDef*> by_full_name_;
+  // Overloads by qualified name ("aten::add"): looked up on every op call.
+  std::unordered_map<std::string, std::vector<const OpDef*>> by_qualified_name_;
 };
 
 OpRegistry& op_registry();

@@ -66,7 +66,7 @@ struct Weights {
 // Where each parameter and annotated activation lives on the mesh: data,
 // printable and editable, not code spread through the model. Parameter roles:
 // tok_embeddings, attention_norm, wq, wk, wv, wo, ffn_norm, w1, w2, w3, norm,
-// output. Activation roles: tokens [B,T], kv_cache [B,n_kv_heads,seq_len,hd],
+// output. Activation roles: tokens [B,T], kv_cache [B,n_kv_heads,...],
 // block_output [B,T,dim] (each decoder block's output, annotated inside the
 // compiled step), logits [B,vocab].
 struct ShardingPlan {
@@ -89,7 +89,9 @@ struct ShardingPlan {
 // out as the plan says.
 Weights random_weights(const Config& config, int64_t seed, const ShardingPlan* plan = nullptr);
 
-// The KV cache: one key and one value tensor per layer, [B, n_kv_heads, seq_len, hd].
+// The KV cache, one key and one value tensor per layer: keys
+// [B, n_kv_heads, hd, seq_len] (transposed, ready for q·k), values
+// [B, n_kv_heads, seq_len, hd].
 struct KVCache {
   std::vector<Tensor> keys, values;
 };
