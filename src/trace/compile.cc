@@ -36,6 +36,8 @@ struct CacheEntry {
   std::vector<TensorType> input_types;
   std::vector<std::string> input_shardings;
   std::vector<std::string> captured_shardings;
+  // For GuardMode::kSignature: the captured tensors' shardings when traced.
+  std::vector<std::optional<Sharding>> captured_sharding_values;
   // What the runner made of the graph, and which runner.
   std::shared_ptr<const PreparedGraph> prepared;
   GraphRunner* prepared_by = nullptr;
@@ -46,6 +48,7 @@ struct CacheEntry {
 struct CompiledFunction::State {
   Body body;
   std::string name;
+  GuardMode guards = GuardMode::kReplay;
   std::vector<std::unique_ptr<CacheEntry>> entries;  // most recently used first
   CacheEntry* last = nullptr;
   CompileStats stats;
@@ -64,6 +67,18 @@ struct CompiledFunction::State {
     return trace.captured();
   }
 
+  // kSignature: the captured tensors are alive and laid out as when traced
+  // (those kept by value need nothing).
+  static bool signature_fits(const CacheEntry& entry, std::vector<std::shared_ptr<TensorImpl>>& captured) {
+    for (std::size_t c = 0; c < entry.record.captured.size(); ++c) {
+      const CapturedTensor& kept = entry.record.captured[c];
+      std::shared_ptr<TensorImpl> impl = kept.tensor.lock();
+      if (!kept.by_value && (!impl || impl->sharding != entry.captured_sharding_values[c])) return false;
+      captured.push_back(std::move(impl));
+    }
+    return true;
+  }
+
   // The cache entry for these inputs (tracing a new one if needed) and the
   // captured tensors of this call.
   std::pair<CacheEntry*, std::vector<std::shared_ptr<TensorImpl>>> lookup(
@@ -80,6 +95,14 @@ struct CompiledFunction::State {
       CacheEntry& entry = *entries[e];
       if (entry.input_types != types || entry.input_shardings != shardings) continue;
       std::vector<std::shared_ptr<TensorImpl>> captured;
+      if (guards == GuardMode::kSignature) {
+        if (!signature_fits(entry, captured)) continue;
+        ++stats.cache_hits;
+        std::rotate(entries.begin(), entries.begin() + static_cast<std::ptrdiff_t>(e),
+                    entries.begin() + static_cast<std::ptrdiff_t>(e) + 1);
+        last = entries.front().get();
+        return {last, std::move(captured)};
+      }
       try {
         captured = run_body(entry.record, /*replay=*/true, types);
       } catch (const ReplayMismatch&) {
@@ -104,7 +127,10 @@ struct CompiledFunction::State {
     entry->input_shardings = shardings;
     std::vector<std::shared_ptr<TensorImpl>> captured = run_body(entry->record, /*replay=*/false, types);
     verify_graph(entry->record.graph);
-    for (const auto& tensor : captured) entry->captured_shardings.push_back(sharding_key(*tensor));
+    for (const auto& tensor : captured) {
+      entry->captured_shardings.push_back(sharding_key(*tensor));
+      entry->captured_sharding_values.push_back(tensor->sharding);
+    }
     ++stats.traces;
     entries.insert(entries.begin(), std::move(entry));
     if (entries.size() > kMaxEntries) entries.pop_back();
@@ -113,9 +139,11 @@ struct CompiledFunction::State {
   }
 };
 
-CompiledFunction::CompiledFunction(Body body, std::string name) : state_(std::make_shared<State>()) {
+CompiledFunction::CompiledFunction(Body body, std::string name, GuardMode guards)
+    : state_(std::make_shared<State>()) {
   state_->body = std::move(body);
   state_->name = std::move(name);
+  state_->guards = guards;
 }
 
 namespace {

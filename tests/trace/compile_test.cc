@@ -223,3 +223,35 @@ TEST(Compile, SavedGraphRunsFromTheCli) {
 }
 
 }  // namespace
+
+namespace {
+
+// GuardMode::kSignature: a hit does not run the function again; new input
+// types, a replaced or re-laid-out captured tensor make a new trace.
+TEST(Compile, SignatureGuardsSkipTheReplay) {
+  int body_runs = 0;
+  auto w = std::make_shared<sf::Tensor>(sf::randn({4, 4}, 1));
+  sf::CompiledFunction step(
+      [&](const std::vector<sf::Tensor>& in) {
+        ++body_runs;
+        return std::vector<sf::Tensor>{sf::matmul(in[0], *w) + 1};
+      },
+      "step", sf::GuardMode::kSignature);
+  const sf::Tensor x = sf::randn({2, 4}, 2);
+  const std::vector<float> first = step.call({x})[0].to_floats();
+  EXPECT_EQ(body_runs, 1);
+  EXPECT_EQ(step.call({x})[0].to_floats(), first);
+  EXPECT_EQ(step.call({sf::randn({2, 4}, 3)})[0].numel(), 8);
+  EXPECT_EQ(body_runs, 1);
+  EXPECT_EQ(step.stats().cache_hits, 2);
+
+  step.call({sf::randn({3, 4}, 2)});  // another shape
+  EXPECT_EQ(body_runs, 2);
+  *w = sf::randn({4, 4}, 5);  // the traced tensor is gone: trace again, with the new one
+  const std::vector<float> with_new = step.call({x})[0].to_floats();
+  EXPECT_EQ(body_runs, 3);
+  EXPECT_NE(with_new, first);
+  EXPECT_EQ(step.stats().traces, 3);
+}
+
+}  // namespace

@@ -77,12 +77,26 @@ struct CompileStats {
   int64_t guard_failures = 0;  // calls that no cached graph fit (then traced)
 };
 
+// How a call decides that a cached trace fits it.
+enum class GuardMode {
+  // Re-run the function on symbolic tensors and match every op and constant
+  // against the trace: host-side logic that changes the ops is caught.
+  kReplay,
+  // Only the inputs' dtypes, shapes and shardings, and the captured tensors
+  // (the same objects, alive, with the same shardings). For functions whose
+  // ops depend on nothing else (jax.jit's contract); it saves re-running the
+  // function on every call, which matters for small steps such as decoding
+  // one token. A function that branches on other host state would silently
+  // reuse a stale graph: use kReplay for those.
+  kSignature,
+};
+
 // The type-erased core; use compile() below.
 class CompiledFunction {
  public:
   using Body = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
 
-  explicit CompiledFunction(Body body, std::string name = "main");
+  explicit CompiledFunction(Body body, std::string name = "main", GuardMode guards = GuardMode::kReplay);
 
   // Traces or reuses a graph for these inputs, then runs it.
   std::vector<Tensor> call(const std::vector<Tensor>& inputs);

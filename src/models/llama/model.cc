@@ -83,8 +83,10 @@ Model::Model(Weights weights, std::optional<ShardingPlan> plan) : weights_(std::
   rope_cos_ = Tensor::from_floats(cos_values, {c.seq_len, half});
   rope_sin_ = Tensor::from_floats(sin_values, {c.seq_len, half});
   auto body = [this](const std::vector<Tensor>& inputs) { return step(inputs); };
-  prefill_ = std::make_shared<CompiledFunction>(body, "llama_prefill");
-  decode_ = std::make_shared<CompiledFunction>(body, "llama_decode");
+  // The step's ops depend only on its inputs' types and the model, so a
+  // signature guard suffices (no symbolic re-run of the step per token).
+  prefill_ = std::make_shared<CompiledFunction>(body, "llama_prefill", GuardMode::kSignature);
+  decode_ = std::make_shared<CompiledFunction>(body, "llama_decode", GuardMode::kSignature);
 }
 
 Tensor Model::annotate(const Tensor& t, const std::string& role) const {
