@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -49,7 +50,12 @@ struct Setup {
 Setup make_setup(const LlamaOptions& o) {
   Setup s;
   if (o.weights && o.config) throw UsageError("--weights and --config exclude each other");
-  s.config = o.weights ? llama::read_llama2c_config(*o.weights) : Config::named(o.config.value_or("stories15M"));
+  if (o.weights) {
+    s.config = std::filesystem::is_directory(*o.weights) ? llama::read_hf_config(*o.weights)
+                                                         : llama::read_llama2c_config(*o.weights);
+  } else {
+    s.config = Config::named(o.config.value_or("stories15M"));
+  }
   s.axis_names = parse_name_list("--axis-names", o.axis_names);
   if (o.mesh) {
     s.mesh_shape = parse_int_list("--mesh", *o.mesh);
@@ -89,7 +95,9 @@ Setup make_setup(const LlamaOptions& o) {
 }
 
 llama::Weights load_weights(const LlamaOptions& o, const Setup& s, const llama::ShardingPlan* plan) {
-  return o.weights ? llama::load_llama2c(*o.weights, plan) : llama::random_weights(s.config, o.seed, plan);
+  if (!o.weights) return llama::random_weights(s.config, o.seed, plan);
+  return std::filesystem::is_directory(*o.weights) ? llama::load_hf(*o.weights, plan)
+                                                   : llama::load_llama2c(*o.weights, plan);
 }
 
 // A progress line on stderr, only when it is a terminal.

@@ -75,7 +75,7 @@ static void add_llama_command(CLI::App& app, cli::LlamaOptions& o) {
   CLI::App* c = app.add_subcommand(
       "llama", "Generate with LLaMA 2 on in-process devices: Megatron sharding plan, activation sharding "
                "inside the compiled step, one program for prefill and one for decode");
-  c->add_option("--weights", o.weights, "llama2.c checkpoint (.bin); default: random weights of --config");
+  c->add_option("--weights", o.weights, "llama2.c checkpoint (.bin) or Hugging Face checkpoint directory (config.json + safetensors); default: random weights of --config");
   c->add_option("--tokenizer", o.tokenizer, "llama2.c tokenizer.bin (without it prompts and outputs are ids)");
   c->add_option("--config", o.config, "Random-weight config: tiny, stories15M (default), stories110M, 7B");
   c->add_option("--seed", o.seed, "Seed of random weights and of sampling");

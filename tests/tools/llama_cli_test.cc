@@ -98,3 +98,16 @@ TEST(LlamaCli, BadInputGivesOneErrorLine) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(LlamaCli, HuggingFaceCheckpointDirectory) {
+  const std::string dir = testing::TempDir() + "hf_tiny";
+  shardflow::llama::write_hf(dir, shardflow::llama::random_weights(shardflow::llama::Config::named("tiny"), 9),
+                             shardflow::DType::kBF16, 2);
+  const CliResult r = run_cli("llama --weights " + dir + " --mesh 2,1,2 --prompt-ids 1,2,3 --steps 4 --check --format json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out)["tokens"].size(), 2u);
+}
+
+}  // namespace
