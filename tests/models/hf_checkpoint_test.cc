@@ -311,39 +311,12 @@ TEST(HfCheckpoint, LoadsStraightIntoShards) {
 const std::vector<std::vector<int64_t>> kSequences{{1, 17, 300, 4, 99, 250, 3}, {1, 5, 6, 7, 8, 9, 10}};
 constexpr int64_t kPrompt = 5;
 
-double max_abs(const std::vector<float>& v) {
-  double m = 0;
-  for (float x : v) m = std::max(m, std::abs(static_cast<double>(x)));
-  return m;
-}
-
 // The model built from the loaded weights computes the reference's logits
 // for the unconverted weights in Hugging Face's rotary convention.
 void expect_hf_logits(Model& model, const testing::ReferenceWeights& hf) {
-  const int64_t batch = static_cast<int64_t>(kSequences.size()), vocab = model.config().vocab_size;
   std::vector<std::vector<std::vector<float>>> expected;
   for (const auto& seq : kSequences) expected.push_back(testing::reference_logits(hf, seq, /*rotate_half=*/true));
-  KVCache cache = model.new_cache(batch);
-  for (int64_t pos = kPrompt - 1; pos < static_cast<int64_t>(kSequences[0].size()); ++pos) {
-    const bool prefill = pos == kPrompt - 1;
-    std::vector<int64_t> tokens;
-    for (const auto& seq : kSequences) {
-      if (prefill) tokens.insert(tokens.end(), seq.begin(), seq.begin() + kPrompt);
-      else tokens.push_back(seq[static_cast<std::size_t>(pos)]);
-    }
-    const int64_t length = prefill ? kPrompt : 1;
-    const Tensor logits = model.forward(Tensor::from_ints(tokens, {batch, length}), prefill ? 0 : pos, cache);
-    const std::vector<float> got = logits.to_floats();
-    ASSERT_EQ(got.size(), static_cast<std::size_t>(batch * vocab));
-    for (int64_t b = 0; b < batch; ++b) {
-      const std::vector<float>& want = expected[static_cast<std::size_t>(b)][static_cast<std::size_t>(pos)];
-      const double tolerance = 1e-4 * (1 + max_abs(want));
-      for (int64_t v = 0; v < vocab; ++v) {
-        ASSERT_NEAR(got[static_cast<std::size_t>(b * vocab + v)], want[static_cast<std::size_t>(v)], tolerance)
-            << "row " << b << " position " << pos << " token " << v;
-      }
-    }
-  }
+  testing::expect_steps_match(model, kSequences, kPrompt, expected);
 }
 
 TEST(HfCheckpoint, LogitsMatchTheReferenceInHuggingFaceConvention) {

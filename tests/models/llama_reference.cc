@@ -1,5 +1,7 @@
 #include "models/llama_reference.h"
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -116,6 +118,34 @@ std::vector<std::vector<float>> reference_logits(const ReferenceWeights& w, cons
   std::vector<std::vector<float>> logits;
   for (std::size_t t = 0; t < length; ++t) logits.push_back(matvec(w.output, rms_norm(x[t], w.norm, c.norm_eps), c.vocab_size));
   return logits;
+}
+
+void expect_steps_match(Model& model, const std::vector<std::vector<int64_t>>& sequences, int64_t prompt,
+                        const std::vector<std::vector<std::vector<float>>>& expected) {
+  const int64_t batch = static_cast<int64_t>(sequences.size()), vocab = model.config().vocab_size;
+  KVCache cache = model.new_cache(batch);
+  for (int64_t pos = prompt - 1; pos < static_cast<int64_t>(sequences[0].size()); ++pos) {
+    const bool prefill = pos == prompt - 1;
+    std::vector<int64_t> tokens;
+    for (const auto& seq : sequences) {
+      if (prefill) tokens.insert(tokens.end(), seq.begin(), seq.begin() + prompt);
+      else tokens.push_back(seq[static_cast<std::size_t>(pos)]);
+    }
+    const int64_t length = prefill ? prompt : 1;
+    const Tensor logits = model.forward(Tensor::from_ints(tokens, {batch, length}), prefill ? 0 : pos, cache);
+    ASSERT_EQ(logits.shape(), (Shape{batch, vocab}));
+    const std::vector<float> got = logits.to_floats();
+    for (int64_t b = 0; b < batch; ++b) {
+      const std::vector<float>& want = expected[static_cast<std::size_t>(b)][static_cast<std::size_t>(pos)];
+      double scale = 0;
+      for (float x : want) scale = std::max(scale, std::abs(static_cast<double>(x)));
+      const double tolerance = 1e-4 * (1 + scale);
+      for (int64_t v = 0; v < vocab; ++v) {
+        ASSERT_NEAR(got[static_cast<std::size_t>(b * vocab + v)], want[static_cast<std::size_t>(v)], tolerance)
+            << "row " << b << " position " << pos << " token " << v;
+      }
+    }
+  }
 }
 
 }  // namespace shardflow::llama::testing

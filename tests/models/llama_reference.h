@@ -28,4 +28,11 @@ ReferenceWeights reference_weights(const Weights& weights);
 std::vector<std::vector<float>> reference_logits(const ReferenceWeights& w, const std::vector<int64_t>& tokens,
                                                  bool rotate_half = false);
 
+// Runs `sequences` (one row each, equal lengths) through the model: a
+// prefill of the first `prompt` tokens, then one decode step per token.
+// Asserts that each step's logits are within 1e-4 * (1 + max |expected|) of
+// expected[row][position].
+void expect_steps_match(Model& model, const std::vector<std::vector<int64_t>>& sequences, int64_t prompt,
+                        const std::vector<std::vector<std::vector<float>>>& expected);
+
 }  // namespace shardflow::llama::testing
