@@ -10,7 +10,8 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
 PACKAGES=(g++ cmake ninja-build pkg-config libfmt-dev nlohmann-json3-dev libcli11-dev
-          libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev)
+          libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
+          libopenmpi-dev openmpi-bin)
 
 install_packages() {
   local missing=()

@@ -11,7 +11,8 @@
 #include <cstdint>
 #include <optional>
 
-#include "communicator_local.h"
+#include "collective_call.h"
+#include "shardflow/base/error.h"
 
 namespace shardflow::detail {
 
@@ -20,22 +21,22 @@ namespace {
 // The calls of one collective, with the names used in messages.
 class Calls {
  public:
-  Calls(const GroupState& state, int rank) : state_(state), rank_(rank) {}
+  Calls(const DeviceGroup& group, std::span<const CallInfo* const> calls)
+      : group_(group), calls_(calls) {}
 
-  int size() const { return static_cast<int>(state_.size()); }
-  const CallInfo& operator[](int member) const { return state_.call_of(member, rank_); }
-  int64_t device(int member) const {
-    return state_.group().devices[static_cast<std::size_t>(member)];
-  }
-  std::string group_text() const { return state_.group().to_string(); }
+  int size() const { return static_cast<int>(calls_.size()); }
+  const CallInfo& operator[](int member) const { return *calls_[static_cast<std::size_t>(member)]; }
+  int64_t device(int member) const { return group_.devices[static_cast<std::size_t>(member)]; }
+  const DeviceGroup& group() const { return group_; }
+  std::string group_text() const { return group_.to_string(); }
   [[noreturn]] void fail(const std::string& what) const {
     throw Error(
         fmt::format("{} over group {}: {}", collective_name((*this)[0].kind), group_text(), what));
   }
 
  private:
-  const GroupState& state_;
-  int rank_;
+  const DeviceGroup& group_;
+  std::span<const CallInfo* const> calls_;
 };
 
 }  // namespace
@@ -144,7 +145,7 @@ static void check_output_bytes(const Calls& calls, std::size_t numerator, std::s
   }
 }
 
-static void check_pairs(const Calls& calls, const GroupState& state) {
+static void check_pairs(const Calls& calls) {
   const auto& pairs = *calls[0].pairs;
   auto text = [](const std::vector<std::pair<int64_t, int64_t>>& list) {
     std::string out = "[";
@@ -159,7 +160,7 @@ static void check_pairs(const Calls& calls, const GroupState& state) {
                              text(pairs), calls.device(m), text(*calls[m].pairs)));
     }
   }
-  const auto& devices = state.group().devices;
+  const auto& devices = calls.group().devices;
   for (std::size_t i = 0; i < pairs.size(); ++i) {
     for (int64_t device : {pairs[i].first, pairs[i].second}) {
       if (std::find(devices.begin(), devices.end(), device) == devices.end()) {
@@ -177,8 +178,26 @@ static void check_pairs(const Calls& calls, const GroupState& state) {
   }
 }
 
-void check_calls(const GroupState& state, int rank) {
-  const Calls calls(state, rank);
+std::string_view collective_name(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::kAllReduce:
+      return "all_reduce";
+    case CollectiveKind::kAllGather:
+      return "all_gather";
+    case CollectiveKind::kReduceScatter:
+      return "reduce_scatter";
+    case CollectiveKind::kAllToAll:
+      return "all_to_all";
+    case CollectiveKind::kCollectivePermute:
+      return "collective_permute";
+    case CollectiveKind::kBarrier:
+      return "barrier";
+  }
+  return "?";
+}
+
+void check_calls(const DeviceGroup& group, std::span<const CallInfo* const> calls_in) {
+  const Calls calls(group, calls_in);
   check_same_kind(calls);
   const auto n = static_cast<std::size_t>(calls.size());
   switch (calls[0].kind) {
@@ -207,7 +226,7 @@ void check_calls(const GroupState& state, int rank) {
     case CollectiveKind::kCollectivePermute:
       check_same_input_bytes(calls);
       check_output_bytes(calls, 1, 1);
-      check_pairs(calls, state);
+      check_pairs(calls);
       check_overlap(calls, false);
       return;
     case CollectiveKind::kBarrier:

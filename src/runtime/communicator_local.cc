@@ -20,19 +20,6 @@ static void copy_bytes(std::byte* dst, const std::byte* src, std::size_t bytes) 
   if (bytes != 0 && dst != src) std::memcpy(dst, src, bytes);
 }
 
-// The byte range of member `rank`'s slice when `bytes` bytes of `dtype` are
-// split into `members` slices of whole cache lines (the last ones may be
-// shorter or empty).
-static std::pair<std::size_t, std::size_t> slice_of(std::size_t bytes, DType dtype, int64_t members,
-                                                    int64_t rank) {
-  const std::size_t element = element_size(dtype);
-  const std::size_t line = std::max<std::size_t>(64 / element, 1) * element;
-  const std::size_t lines = (bytes + line - 1) / line;
-  const auto n = static_cast<std::size_t>(members);
-  const auto r = static_cast<std::size_t>(rank);
-  return {std::min(bytes, lines * r / n * line), std::min(bytes, lines * (r + 1) / n * line)};
-}
-
 LocalCommunicator::Membership LocalCommunicator::begin_call(const DeviceGroup& group, CallInfo call,
                                                             const Prepare& prepare) {
   world_.check_not_aborted();
@@ -47,7 +34,9 @@ LocalCommunicator::Membership LocalCommunicator::begin_call(const DeviceGroup& g
   member.state->slot(member.rank) = call;
   world_.arrive_and_wait(*member.state, device_, call.kind);
   try {
-    check_calls(*member.state, member.rank);
+    calls_.clear();
+    for (int m = 0; m < member.state->size(); ++m) calls_.push_back(&member.state->call_of(m, member.rank));
+    check_calls(member.state->group(), calls_);
   } catch (const Error&) {
     // Every member throws this error. Wait until all have checked: the checks
     // read the others' permute pairs, which die with the throw.

@@ -22,10 +22,6 @@
 
 namespace shardflow::detail {
 
-// Throws the error that every member of `state` reports when the calls of
-// the current sequence (as seen by member `rank`) disagree or are malformed.
-void check_calls(const GroupState& state, int rank);
-
 class LocalCommunicator final : public Communicator {
  public:
   LocalCommunicator(World& world, int64_t device) : world_(world), device_(device) {}
@@ -71,6 +67,7 @@ class LocalCommunicator final : public Communicator {
   std::map<std::vector<int64_t>, Membership> memberships_;  // cache of world_.group_state
   std::vector<const std::byte*> sources_;  // reduce_range's, kept to avoid allocations
   std::vector<std::byte*> destinations_;
+  std::vector<const CallInfo*> calls_;  // begin_call's view of every member's call
 };
 
 }  // namespace shardflow::detail

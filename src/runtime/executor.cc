@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 
@@ -285,6 +286,28 @@ class DeviceRun {
   std::map<std::vector<int>, DeviceGroup> groups_;
 };
 
+// The communicator of a one-device program, which has no collectives.
+class NoCollectives final : public Communicator {
+ public:
+  int64_t device() const override { return 0; }
+  int64_t num_devices() const override { return 1; }
+  void all_reduce(const DeviceGroup&, std::span<std::byte>, DType, ReduceOp) override { fail(); }
+  void all_gather(const DeviceGroup&, std::span<const std::byte>, std::span<std::byte>) override { fail(); }
+  void reduce_scatter(const DeviceGroup&, std::span<const std::byte>, std::span<std::byte>, DType,
+                      ReduceOp) override {
+    fail();
+  }
+  void all_to_all(const DeviceGroup&, std::span<const std::byte>, std::span<std::byte>) override { fail(); }
+  void collective_permute(const DeviceGroup&, const std::vector<std::pair<int64_t, int64_t>>&,
+                          std::span<const std::byte>, std::span<std::byte>) override {
+    fail();
+  }
+  void barrier(const DeviceGroup&) override { fail(); }
+
+ private:
+  [[noreturn]] static void fail() { throw Error("internal: a one-device program calls a collective"); }
+};
+
 // Whether `tensor` is already laid out as `sharding` says.
 bool laid_out_as(const Tensor& tensor, const Sharding& sharding) {
   const std::optional<Sharding> current = tensor.sharding();
@@ -328,8 +351,11 @@ std::vector<Tensor> run_program(const PartitionedProgram& program, int64_t num_d
       feeds[i].layout = shard_layout(sharding, inputs[i].shape());
     }
   }
+  // Per device: its outputs, if it ran in this process (a multi-process
+  // runtime runs only this process's devices).
   std::vector<std::vector<DenseTensor>> outputs(static_cast<std::size_t>(mesh.size()));
-  run_on_devices([&](int64_t device, Communicator& comm) {
+  std::vector<char> ran(static_cast<std::size_t>(mesh.size()), 0);
+  const DeviceProgram device_program = [&](int64_t device, Communicator& comm) {
     if (device >= mesh.size()) return;
     DeviceRun run(program, device, comm);
     for (std::size_t i = 0; i < inputs.size(); ++i) {
@@ -348,17 +374,29 @@ std::vector<Tensor> run_program(const PartitionedProgram& program, int64_t num_d
     for (int slot : program.output_slots) {
       outputs[static_cast<std::size_t>(device)].push_back(run.slots()[static_cast<std::size_t>(slot)]);
     }
-  });
+    ran[static_cast<std::size_t>(device)] = 1;
+  };
+  if (mesh.size() == 1) {
+    // Nothing to communicate: run here. In a multi-process job every process
+    // runs such a program itself, like any unsharded host computation.
+    NoCollectives no_collectives;
+    device_program(0, no_collectives);
+  } else {
+    run_on_devices(device_program);
+  }
+  const auto first_ran = std::find(ran.begin(), ran.end(), 1);
   std::vector<Tensor> results;
   for (std::size_t o = 0; o < program.output_slots.size(); ++o) {
     const Sharding& sharding = program.output_shardings[o];
     const TensorType& type = program.slots[static_cast<std::size_t>(program.output_slots[o])];
-    if (sharding.is_replicated()) {
-      results.emplace_back(outputs[0][o]);
+    if (sharding.is_replicated() && first_ran != ran.end()) {
+      results.emplace_back(outputs[static_cast<std::size_t>(first_ran - ran.begin())][o]);
       continue;
     }
-    std::vector<DenseTensor> shards;
-    for (int64_t device = 0; device < mesh.size(); ++device) shards.push_back(outputs[static_cast<std::size_t>(device)][o]);
+    std::vector<DenseTensor> shards(static_cast<std::size_t>(mesh.size()));
+    for (std::size_t device = 0; device < shards.size(); ++device) {
+      if (ran[device]) shards[device] = outputs[device][o];
+    }
     results.push_back(Tensor::from_shards(type.dtype, program.output_types[o].shape, sharding, std::move(shards)));
   }
   return results;

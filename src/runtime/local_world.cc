@@ -40,24 +40,6 @@ static void cpu_relax() {
 #endif
 }
 
-std::string_view collective_name(CollectiveKind kind) {
-  switch (kind) {
-    case CollectiveKind::kAllReduce:
-      return "all_reduce";
-    case CollectiveKind::kAllGather:
-      return "all_gather";
-    case CollectiveKind::kReduceScatter:
-      return "reduce_scatter";
-    case CollectiveKind::kAllToAll:
-      return "all_to_all";
-    case CollectiveKind::kCollectivePermute:
-      return "collective_permute";
-    case CollectiveKind::kBarrier:
-      return "barrier";
-  }
-  return "?";
-}
-
 GroupState::GroupState(DeviceGroup group)
     : group_(std::move(group)), members_(static_cast<std::size_t>(group_.size())) {}
 

@@ -25,39 +25,16 @@
 #include <vector>
 
 #include "shardflow/base/error.h"
+#include "collective_call.h"
 #include "shardflow/runtime/communicator.h"
 
 namespace shardflow::detail {
-
-enum class CollectiveKind : uint8_t {
-  kAllReduce,
-  kAllGather,
-  kReduceScatter,
-  kAllToAll,
-  kCollectivePermute,
-  kBarrier,
-};
-
-// "all_reduce", "all_gather", ...
-std::string_view collective_name(CollectiveKind kind);
 
 // Thrown by a collective when the run was aborted by another device's error;
 // run() reports that first error instead.
 class RunAborted : public Error {
  public:
   RunAborted() : Error("the run was aborted by an error on another device") {}
-};
-
-// What one member passes to a collective, published for the other members.
-struct CallInfo {
-  CollectiveKind kind = CollectiveKind::kBarrier;
-  DType dtype = DType::kF32;
-  ReduceOp op = ReduceOp::kSum;
-  const std::byte* input = nullptr;
-  std::size_t input_bytes = 0;
-  std::byte* output = nullptr;
-  std::size_t output_bytes = 0;
-  const std::vector<std::pair<int64_t, int64_t>>* pairs = nullptr;
 };
 
 // The rendezvous of one group. Calls (and staging buffers) are double-buffered

@@ -91,4 +91,14 @@ void reduce_arrays(DType dtype, ReduceOp op, std::span<const std::byte* const> s
   });
 }
 
+std::pair<std::size_t, std::size_t> slice_of(std::size_t bytes, DType dtype, int64_t members,
+                                             int64_t rank) {
+  const std::size_t element = element_size(dtype);
+  const std::size_t line = std::max<std::size_t>(64 / element, 1) * element;
+  const std::size_t lines = (bytes + line - 1) / line;
+  const auto n = static_cast<std::size_t>(members);
+  const auto r = static_cast<std::size_t>(rank);
+  return {std::min(bytes, lines * r / n * line), std::min(bytes, lines * (r + 1) / n * line)};
+}
+
 }  // namespace shardflow::detail

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <utility>
 #include <span>
 
 #include "shardflow/runtime/communicator.h"
@@ -15,5 +17,11 @@ namespace shardflow::detail {
 // shifted).
 void reduce_arrays(DType dtype, ReduceOp op, std::span<const std::byte* const> sources,
                    std::span<std::byte* const> destinations, std::size_t count);
+
+// The byte range of member `rank`'s slice when `bytes` bytes of `dtype` are
+// split into `members` slices of whole cache lines (the last ones may be
+// shorter or empty): the unit of work of a large all_reduce.
+std::pair<std::size_t, std::size_t> slice_of(std::size_t bytes, DType dtype, int64_t members,
+                                             int64_t rank);
 
 }  // namespace shardflow::detail

@@ -10,6 +10,8 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <condition_variable>
 #include <mutex>
 #include <optional>
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "communicator_local.h"
+#include "runtime_impl.h"
 #include "shardflow/base/error.h"
 #include "shardflow/sharding/mesh.h"
 #include "shardflow/runtime/spmd_runner.h"
@@ -24,17 +27,22 @@
 
 namespace shardflow {
 
-using Program = std::function<void(int64_t device, Communicator& comm)>;
+namespace {
 
-class Runtime::Impl {
+class LocalRuntime final : public Runtime::Impl {
  public:
-  explicit Impl(int64_t num_devices);
-  ~Impl();
-  Impl(const Impl&) = delete;
-  Impl& operator=(const Impl&) = delete;
+  explicit LocalRuntime(int64_t num_devices);
+  ~LocalRuntime() override;
+  LocalRuntime(const LocalRuntime&) = delete;
+  LocalRuntime& operator=(const LocalRuntime&) = delete;
 
-  int64_t num_devices() const { return world_.num_devices(); }
-  void run(const Program& program);
+  int64_t num_devices() const override { return world_.num_devices(); }
+  void run(const Program& program) override;
+  [[noreturn]] void abort_job(std::string_view message, int status) override {
+    std::fprintf(stderr, "shardflow: %.*s\n", static_cast<int>(message.size()), message.data());
+    std::fflush(stderr);
+    std::_Exit(status);
+  }
 
  private:
   void device_loop(int64_t device);
@@ -63,7 +71,7 @@ class Runtime::Impl {
   std::optional<int> previous_blas_threads_;
 };
 
-Runtime::Impl::Impl(int64_t num_devices)
+LocalRuntime::LocalRuntime(int64_t num_devices)
     : world_(num_devices), previous_device_count_(global_device_count()) {
   if (num_devices > 1) {
     // The device threads are the parallelism: OpenBLAS runs in each of them
@@ -89,11 +97,11 @@ Runtime::Impl::Impl(int64_t num_devices)
   }
 }
 
-Runtime::Impl::~Impl() {
+LocalRuntime::~LocalRuntime() {
   shut_down();
 }
 
-void Runtime::Impl::shut_down() {
+void LocalRuntime::shut_down() {
   {
     const std::lock_guard lock(mutex_);
     stopping_ = true;
@@ -106,7 +114,7 @@ void Runtime::Impl::shut_down() {
   if (previous_blas_threads_) set_blas_threads(*previous_blas_threads_);
 }
 
-void Runtime::Impl::device_loop(int64_t device) {
+void LocalRuntime::device_loop(int64_t device) {
   uint64_t seen = 0;
   for (;;) {
     const Program* program = nullptr;
@@ -130,7 +138,7 @@ void Runtime::Impl::device_loop(int64_t device) {
   }
 }
 
-void Runtime::Impl::run(const Program& program) {
+void LocalRuntime::run(const Program& program) {
   if (in_run_.exchange(true)) {
     throw Error(
         "Runtime::run called while a run is in progress (from a device program, or "
@@ -151,12 +159,14 @@ void Runtime::Impl::run(const Program& program) {
   if (error) throw Error(fmt::format("device {}: {}", error->first, error->second));
 }
 
+}  // namespace
+
 Runtime Runtime::local(int64_t num_devices) {
   if (num_devices < 1 || num_devices > kMaxMeshSize) {
     throw Error(fmt::format("Runtime::local: the device count must be in [1, {}], got {}",
                             kMaxMeshSize, num_devices));
   }
-  return Runtime(std::make_unique<Impl>(num_devices));
+  return Runtime(std::make_unique<LocalRuntime>(num_devices));
 }
 
 Runtime::Runtime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -167,7 +177,19 @@ int64_t Runtime::num_devices() const {
   return impl_ ? impl_->num_devices() : 0;
 }
 
-void Runtime::run(const Program& fn) {
+int64_t Runtime::process_index() const { return impl_ ? impl_->process_index() : 0; }
+int64_t Runtime::process_count() const { return impl_ ? impl_->process_count() : 1; }
+
+void Runtime::abort_job(std::string_view message, int status) {
+  if (!impl_) {
+    std::fprintf(stderr, "shardflow: %.*s\n", static_cast<int>(message.size()), message.data());
+    std::_Exit(status);
+  }
+  impl_->abort_job(message, status);  // [[noreturn]] virtual; the compiler cannot see it
+  std::_Exit(status);
+}
+
+void Runtime::run(const Impl::Program& fn) {
   if (!impl_) throw Error("Runtime::run on a moved-from runtime");
   impl_->run(fn);
 }

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
+
 #include "shardflow/base/error.h"
 #include "shardflow/ir/text.h"
 #include "shardflow/partition/program.h"
@@ -42,8 +44,52 @@ std::shared_ptr<const PreparedGraph> SpmdRunner::prepare(const Graph& graph,
   // Eager layouts on another mesh than the graph's (or on a one-device mesh)
   // are not constraints: such inputs are fed as plain values.
   PropagationResult shardings = propagate_shardings(graph, input_shardings);
+  if (process_) check_processes_agree(print_with_shardings(graph, shardings));
   PartitionedProgram program = partition_graph(graph, shardings);
   return std::make_shared<SpmdPrepared>(std::move(shardings), std::move(program));
+}
+
+void SpmdRunner::check_processes_agree(const std::string& program_text) {
+  uint64_t hash = 1469598103934665603ull;  // FNV-1a
+  for (char c : program_text) hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  DeviceGroup everyone;
+  for (int64_t d = 0; d < num_devices_; ++d) everyone.devices.push_back(d);
+  std::vector<uint64_t> hashes(static_cast<std::size_t>(num_devices_));
+  process_->comm->all_gather(everyone, std::as_bytes(std::span(&hash, 1)), std::as_writable_bytes(std::span(hashes)));
+  for (std::size_t rank = 1; rank < hashes.size(); ++rank) {
+    if (hashes[rank] != hashes[0]) {
+      throw Error(fmt::format(
+          "the MPI ranks traced different programs: rank {}'s graph (or its shapes or shardings) differs from "
+          "rank 0's; every rank must run the same program on the same shapes (same arguments and inputs)",
+          rank));
+    }
+  }
+}
+
+void SpmdRunner::fetch_shards(std::vector<DenseTensor>& shards, const ShardLayout& layout, DType dtype) {
+  if (!process_) {
+    GraphRunner::fetch_shards(shards, layout, dtype);
+    return;
+  }
+  // Every process contributes the shard of its device (zeros when the
+  // layout does not include it) and takes the ones it lacks.
+  const Shape& shard_shape = layout.shard_shape;
+  DenseTensor mine = DenseTensor::zeros(dtype, shard_shape);
+  for (std::size_t i = 0; i < shards.size(); ++i) {
+    if (layout.shards[i].device == process_->device && shards[i].defined()) mine = shards[i];
+  }
+  Shape all_shape = shard_shape;
+  all_shape.insert(all_shape.begin(), num_devices_);
+  DenseTensor all = DenseTensor::empty(dtype, all_shape);
+  DeviceGroup everyone;
+  for (int64_t d = 0; d < num_devices_; ++d) everyone.devices.push_back(d);
+  process_->comm->all_gather(everyone, mine.bytes(), {all.data(), all.nbytes()});
+  for (std::size_t i = 0; i < shards.size(); ++i) {
+    if (shards[i].defined()) continue;
+    const auto device = static_cast<std::size_t>(layout.shards[i].device);
+    shards[i] = DenseTensor::empty(dtype, shard_shape);
+    std::memcpy(shards[i].data(), all.data() + device * mine.nbytes(), mine.nbytes());
+  }
 }
 
 std::vector<Tensor> SpmdRunner::run(const PreparedGraph& prepared, std::span<const Tensor> inputs) {

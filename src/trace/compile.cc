@@ -20,6 +20,19 @@ GraphRunner* graph_runner() { return g_runner.load(); }
 
 GraphRunner* set_graph_runner(GraphRunner* runner) { return g_runner.exchange(runner); }
 
+bool is_addressable_device(int64_t device) {
+  GraphRunner* runner = graph_runner();
+  return runner == nullptr || runner->is_addressable(device);
+}
+
+void GraphRunner::fetch_shards(std::vector<DenseTensor>& shards, const ShardLayout& layout, DType dtype) {
+  (void)layout;
+  (void)dtype;
+  for (const DenseTensor& shard : shards) {
+    if (!shard.defined()) throw Error("internal: a shard is missing, but this runtime has only one process");
+  }
+}
+
 void throw_compiled_not_called() {
   throw Error("the compiled function has not been called yet, so it has no graph");
 }

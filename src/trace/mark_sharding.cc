@@ -5,6 +5,7 @@
 #include "shardflow/base/error.h"
 #include "shardflow/ops/mark_sharding.h"
 #include "shardflow/trace/call.h"
+#include "shardflow/trace/compile.h"
 #include "trace_context.h"
 
 namespace shardflow {
@@ -47,13 +48,15 @@ Tensor mark_sharding(const Tensor& tensor, const Mesh& mesh, const PartitionSpec
   ShardLayout layout = shard_layout(sharding, tensor.shape());
   std::vector<DenseTensor> shards;
   if (!impl.meta) {
+    // Each process keeps the shards of its own devices only (all of them
+    // unless the runtime spans several processes).
     const DenseTensor value = gather_value(impl);
-    std::vector<std::span<std::byte>> views;
+    shards.resize(layout.shards.size());
     for (std::size_t i = 0; i < layout.shards.size(); ++i) {
-      shards.push_back(DenseTensor::empty(impl.type.dtype, layout.shard_shape));
-      views.emplace_back(shards.back().data(), shards.back().nbytes());
+      if (!is_addressable_device(layout.shards[i].device)) continue;
+      shards[i] = DenseTensor::empty(impl.type.dtype, layout.shard_shape);
+      copy_shard(layout, i, value.bytes(), element_size(impl.type.dtype), {shards[i].data(), shards[i].nbytes()});
     }
-    split_into_shards(layout, value.bytes(), element_size(impl.type.dtype), views);
   }
   impl.value.reset();
   impl.sharding = sharding;

@@ -2,11 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "shardflow/base/error.h"
 #include "shardflow/trace/call.h"
+#include "shardflow/trace/compile.h"
 #include "shardflow/trace/ops.h"
 #include "trace_context.h"
 
@@ -32,8 +34,16 @@ DenseTensor gather_value(const TensorImpl& impl) {
                 "not known while tracing; it is computed by: " + traced_origin(impl));
   }
   if (impl.value) return *impl.value;
+  const std::vector<DenseTensor>* held = &impl.shards;
+  std::vector<DenseTensor> fetched;
+  if (std::any_of(impl.shards.begin(), impl.shards.end(), [](const DenseTensor& s) { return !s.defined(); })) {
+    // Some shards live in other processes: a collective read.
+    fetched = impl.shards;
+    graph_runner()->fetch_shards(fetched, *impl.layout, impl.type.dtype);
+    held = &fetched;
+  }
   std::vector<std::span<const std::byte>> shards;
-  for (const DenseTensor& shard : impl.shards) shards.push_back(shard.bytes());
+  for (const DenseTensor& shard : *held) shards.push_back(shard.bytes());
   DenseTensor value = DenseTensor::empty(impl.type.dtype, impl.type.shape);
   assemble_from_shards(*impl.layout, shards, element_size(impl.type.dtype),
                        std::span<std::byte>(value.data(), value.nbytes()));
@@ -92,7 +102,9 @@ Tensor Tensor::from_shards(DType dtype, Shape shape, const Sharding& sharding,
   if (shards.size() != layout.shards.size()) {
     throw Error(fmt::format("{} shards given for a layout of {} devices", shards.size(), layout.shards.size()));
   }
-  for (const DenseTensor& shard : shards) {
+  for (std::size_t i = 0; i < shards.size(); ++i) {
+    const DenseTensor& shard = shards[i];
+    if (!shard.defined() && !is_addressable_device(layout.shards[i].device)) continue;  // another process's
     if (shard.dtype() != dtype || shard.shape() != layout.shard_shape) {
       throw Error(fmt::format("a shard is {}{} but the layout needs {}{}", dtype_name(shard.dtype()),
                               shape_to_string(shard.shape()), dtype_name(dtype), shape_to_string(layout.shard_shape)));

@@ -31,10 +31,32 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
+#include <string_view>
 
 #include "shardflow/runtime/communicator.h"
 
 namespace shardflow {
+
+// Runtime::mpi's settings.
+struct MpiOptions {
+  // Start-up check: every rank passes the text that must be the same on all
+  // ranks (the tool passes its command line). A rank whose text differs makes
+  // Runtime::mpi throw, on every rank, an error naming that rank and both
+  // texts. Empty: no check.
+  std::string job_fingerprint;
+  // A rank that waits this long inside one collective ends the job with a
+  // report of what it waits in (other ranks never joined: their programs
+  // differ, or one is stuck). 0 waits forever. The environment variable
+  // SHARDFLOW_MPI_TIMEOUT (seconds) overrides it.
+  double collective_timeout_s = 300;
+  // Before each collective the members exchange their call descriptions and
+  // check them as the in-process backend does, so a mismatch is the same
+  // shardflow::Error on every member. Costs one small MPI call per
+  // collective; programs from the partitioner never mismatch (their
+  // agreement is checked once per program), so it is off by default.
+  bool check_calls = false;
+};
 
 class Runtime {
  public:
@@ -42,11 +64,33 @@ class Runtime {
   // communicating through shared memory.
   static Runtime local(int64_t num_devices);
 
+  // One device per MPI rank: the job's world size is the device count, and
+  // this process runs (and holds the data of) device = its rank only. Every
+  // rank runs the same program (SPMD, as under jax.distributed): tensors
+  // hold only this rank's shards, and reading a sharded tensor's value is a
+  // collective that every rank must reach. Programs of one device (no mesh)
+  // run on every rank.
+  //
+  // Initialises MPI (MPI_THREAD_SERIALIZED) unless the program did, and
+  // finalises it on destruction when it initialised it; so at most one MPI
+  // runtime per process, and none after another has finished. OpenBLAS gets
+  // the cores of this host divided by the ranks on it.
+  //
+  // Failure: an exception in a device program, or a runtime destroyed by an
+  // exception, prints "shardflow: rank R of N: <error>" and ends every rank
+  // (MPI_Abort); a rank that exits makes mpirun end the job. A job never
+  // hangs longer than `collective_timeout_s`.
+  static Runtime mpi(const MpiOptions& options = {});
+
   Runtime(Runtime&& other) noexcept;
   Runtime& operator=(Runtime&&) = delete;  // would break the creation order
   ~Runtime();
 
   int64_t num_devices() const;
+  // This process's index among the job's processes (the MPI rank), and
+  // their count: 0 and 1 in-process.
+  int64_t process_index() const;
+  int64_t process_count() const;
 
   // Runs fn(device, comm) on every device in parallel and waits for all of
   // them. Throws shardflow::Error("device <d>: <message>") with the first
@@ -54,8 +98,15 @@ class Runtime {
   // or from two threads at once, throws.
   void run(const std::function<void(int64_t device, Communicator& comm)>& fn);
 
+  // Prints "shardflow: <message>" (with the rank in an MPI job) to stderr
+  // and ends the job with `status`: every rank of an MPI job (MPI_Abort),
+  // or this process. For errors that only some ranks see (a file missing on
+  // one host): returning from them would leave the other ranks waiting.
+  [[noreturn]] void abort_job(std::string_view message, int status = 1);
+
+  class Impl;  // a backend (src/runtime/runtime_impl.h)
+
  private:
-  class Impl;
   explicit Runtime(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

@@ -8,18 +8,35 @@
 
 namespace shardflow {
 
+// A runtime whose devices live in several processes: this process's device
+// and a communicator that reaches every device.
+struct ProcessView {
+  int64_t device = 0;
+  Communicator* comm = nullptr;
+};
+
 class SpmdRunner : public GraphRunner {
  public:
-  SpmdRunner(int64_t num_devices, std::function<void(const DeviceProgram&)> run_on_devices)
-      : num_devices_(num_devices), run_on_devices_(std::move(run_on_devices)) {}
+  SpmdRunner(int64_t num_devices, std::function<void(const DeviceProgram&)> run_on_devices,
+             std::optional<ProcessView> process = std::nullopt)
+      : num_devices_(num_devices), run_on_devices_(std::move(run_on_devices)), process_(process) {}
 
   std::shared_ptr<const PreparedGraph> prepare(const Graph& graph,
                                                std::span<const std::optional<Sharding>> input_shardings) override;
   std::vector<Tensor> run(const PreparedGraph& prepared, std::span<const Tensor> inputs) override;
 
+  bool is_addressable(int64_t device) const override { return !process_ || device == process_->device; }
+  // An all-gather over every device (each contributes its own shard).
+  void fetch_shards(std::vector<DenseTensor>& shards, const ShardLayout& layout, DType dtype) override;
+
  private:
+  // Multi-process: every process must have traced the same program; checks
+  // that once per prepared graph (a hash of the graph and its shardings).
+  void check_processes_agree(const std::string& program_text);
+
   int64_t num_devices_;
   std::function<void(const DeviceProgram&)> run_on_devices_;
+  std::optional<ProcessView> process_;
 };
 
 }  // namespace shardflow

@@ -65,9 +65,24 @@ class GraphRunner {
                                                        std::span<const std::optional<Sharding>> input_shardings) = 0;
   // Every call: one tensor per graph input; returns one per graph output.
   virtual std::vector<Tensor> run(const PreparedGraph& prepared, std::span<const Tensor> inputs) = 0;
+
+  // Multi-process runtimes (MPI): whether this process holds the data of
+  // `device`. Shards of other processes' devices are left undefined in
+  // tensors (LocalShard::data), as in jax.Array's addressable shards.
+  virtual bool is_addressable(int64_t device) const {
+    (void)device;
+    return true;
+  }
+  // Fills the undefined entries of `shards` (one per entry of
+  // `layout.shards`, of `dtype`) with the other processes' data.
+  // Collective: every process calls it at the same point for the same tensor.
+  virtual void fetch_shards(std::vector<DenseTensor>& shards, const ShardLayout& layout, DType dtype);
 };
 
 GraphRunner* graph_runner();
+// Whether this process holds `device`'s data: always, unless the installed
+// runtime spans several processes (Runtime::mpi: only the rank's own device).
+bool is_addressable_device(int64_t device);
 // Installs `runner` (nullptr: the one-device interpreter); returns the previous one.
 GraphRunner* set_graph_runner(GraphRunner* runner);
 
