@@ -6,6 +6,7 @@
 
 #include "shardflow/base/error.h"
 #include "shardflow/base/python_literal.h"
+#include "shardflow/runtime/runtime.h"
 
 namespace shardflow::cli {
 
@@ -77,6 +78,17 @@ std::vector<std::string> parse_name_list(std::string_view option, std::string_vi
     start = comma + 1;
   }
   return names;
+}
+
+static Runtime* g_mpi_runtime = nullptr;
+
+Runtime* mpi_runtime() { return g_mpi_runtime; }
+void set_mpi_runtime(Runtime* runtime) { g_mpi_runtime = runtime; }
+
+void check_mpi_ranks(int64_t devices, std::string_view what) {
+  if (g_mpi_runtime == nullptr || g_mpi_runtime->num_devices() == devices) return;
+  throw Error(fmt::format("{} needs {} device(s), but the MPI job has {} rank(s): launch it with mpirun -n {}", what,
+                          devices, g_mpi_runtime->num_devices(), devices));
 }
 
 }  // namespace shardflow::cli

@@ -7,6 +7,10 @@
 #include <string_view>
 #include <vector>
 
+namespace shardflow {
+class Runtime;
+}
+
 namespace shardflow::cli {
 
 // A malformed command line (exit status 2), as opposed to invalid input that
@@ -21,5 +25,14 @@ std::vector<int64_t> parse_int_list(std::string_view option, std::string_view te
 
 // "data,model" or the Python form "('data', 'model')"; "None" -> {} (unnamed).
 std::vector<std::string> parse_name_list(std::string_view option, std::string_view text);
+
+// The job's MPI runtime when the command runs with --backend mpi (main makes
+// it before the command runs, so that an error can end every rank), else
+// nullptr.
+Runtime* mpi_runtime();
+void set_mpi_runtime(Runtime* runtime);
+
+// Under --backend mpi the job must have one rank per device of the mesh.
+void check_mpi_ranks(int64_t devices, std::string_view what);
 
 }  // namespace shardflow::cli

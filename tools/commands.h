@@ -37,6 +37,7 @@ struct RunOptions {
   std::optional<int64_t> devices;  // default: the size of the annotations' mesh
   bool check = false;
   std::string format = "text";
+  std::string backend = "local";  // or "mpi"
 };
 
 // `shardflow run FILE`: partitions the graph, runs it on in-process devices
@@ -74,6 +75,7 @@ struct LlamaOptions {
   double top_p = 0.9;
   bool check = false;
   std::string format = "text";
+  std::string backend = "local";  // or "mpi"
 };
 
 // `shardflow llama`: LLaMA 2 generation on in-process devices with the

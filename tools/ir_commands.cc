@@ -173,10 +173,11 @@ int run_run_command(const RunOptions& options) {
   std::vector<Tensor> inputs;
   for (const DenseTensor& value : input_values) inputs.emplace_back(value);
   std::vector<Tensor> outputs;
-  {
-    Runtime runtime = Runtime::local(p.program.mesh->size());
-    outputs = run_program(p.program, runtime, inputs);
-  }
+  std::optional<Runtime> local;
+  Runtime* runtime = mpi_runtime();
+  check_mpi_ranks(p.program.mesh->size(), "the graph's mesh " + p.program.mesh->to_string());
+  if (runtime == nullptr) runtime = &local.emplace(Runtime::local(p.program.mesh->size()));
+  outputs = run_program(p.program, *runtime, inputs);
   std::optional<std::vector<DenseTensor>> reference;
   if (options.check) reference = run_graph(graph, input_values);
   nlohmann::ordered_json json_outputs = nlohmann::ordered_json::array();

@@ -103,7 +103,9 @@ llama::Weights load_weights(const LlamaOptions& o, const Setup& s, const llama::
 // A progress line on stderr, only when it is a terminal.
 class Progress {
  public:
-  explicit Progress(std::string label) : label_(std::move(label)), on_(isatty(STDERR_FILENO) != 0) {}
+  explicit Progress(std::string label)
+      : label_(std::move(label)),
+        on_(isatty(STDERR_FILENO) != 0 && (mpi_runtime() == nullptr || mpi_runtime()->process_index() == 0)) {}
   void update(int64_t done, int64_t total) {
     if (!on_) return;
     const int64_t width = 30, filled = total > 0 ? done * width / total : width;
@@ -125,8 +127,10 @@ RunOutcome generate_once(const LlamaOptions& o, const Setup& s, bool sharded, bo
   std::optional<Runtime> runtime;
   std::optional<llama::ShardingPlan> plan;
   // One device needs no runtime: the compiled programs run on the caller's thread.
-  if (sharded && s.devices > 1) {
-    runtime.emplace(Runtime::local(s.devices));
+  if (sharded && (s.devices > 1 || mpi_runtime() != nullptr)) {
+    // Under --backend mpi the job's runtime serves both runs; the one-device
+    // run then happens on every rank.
+    if (mpi_runtime() == nullptr) runtime.emplace(Runtime::local(s.devices));
     std::vector<int64_t> ids(static_cast<std::size_t>(s.devices));
     std::iota(ids.begin(), ids.end(), 0);
     plan = llama::ShardingPlan::megatron(std::make_shared<const Mesh>(ids, s.mesh_shape, s.axis_names));
@@ -205,6 +209,7 @@ int run_llama_command(const LlamaOptions& o) {
   if (!(o.temperature >= 0)) throw Error(fmt::format("--temperature must be 0 or more, got {}", o.temperature));
   if (!(o.top_p > 0 && o.top_p <= 1)) throw Error(fmt::format("--top-p must be in (0, 1], got {}", o.top_p));
   const Setup s = make_setup(o);
+  check_mpi_ranks(s.devices, fmt::format("the mesh ({})", fmt::join(s.mesh_shape, ", ")));
   const RunOutcome run = generate_once(o, s, /*sharded=*/true, /*keep_logits=*/o.check);
   std::optional<Comparison> check;
   if (o.check) check = compare(run.generation, generate_once(o, s, /*sharded=*/false, true).generation);

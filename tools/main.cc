@@ -3,11 +3,13 @@
 
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <string>
 
 #include "cli_util.h"
 #include "commands.h"
 #include "shardflow/base/error.h"
+#include "shardflow/runtime/runtime.h"
 
 namespace cli = shardflow::cli;
 
@@ -19,6 +21,10 @@ static std::string one_line(std::string message) {
   }
   return message;
 }
+
+static constexpr const char* kBackendHelp =
+    "local: in-process devices (default); mpi: one device per MPI rank, launched with mpirun -n <devices>, "
+    "rank 0 prints";
 
 static void add_sharding_command(CLI::App& app, cli::ShardingOptions& options) {
   CLI::App* command = app.add_subcommand(
@@ -61,6 +67,7 @@ static void add_ir_commands(CLI::App& app, cli::IrOptions& ir, cli::RunOptions& 
                         "Also run on one device without sharding and compare every output (exit 1 if they differ)");
   run_command->add_option("--format", run.format, "Output format")
       ->check(CLI::IsMember({"text", "json"}));
+  run_command->add_option("--backend", run.backend, kBackendHelp)->check(CLI::IsMember({"local", "mpi"}));
 
   CLI::App* partition_command = app.add_subcommand(
       "partition", "Propagate shardings and partition a graph: every value's sharding, the per-device "
@@ -91,6 +98,7 @@ static void add_llama_command(CLI::App& app, cli::LlamaOptions& o) {
   c->add_option("--top-p", o.top_p, "Nucleus sampling threshold when sampling");
   c->add_flag("--check", o.check, "Also generate on one device without sharding and compare (exit 1 on mismatch)");
   c->add_option("--format", o.format, "Output format")->check(CLI::IsMember({"text", "json"}));
+  c->add_option("--backend", o.backend, kBackendHelp)->check(CLI::IsMember({"local", "mpi"}));
 }
 
 int main(int argc, char** argv) {
@@ -118,6 +126,30 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  // --backend mpi: one MPI runtime for the whole command, made here so that
+  // an error on any rank can end the job (the other ranks may be waiting for
+  // it in a collective). Only rank 0 writes to stdout.
+  std::optional<shardflow::Runtime> mpi;
+  const bool use_mpi = (app.got_subcommand("run") && run_options.backend == "mpi") ||
+                       (app.got_subcommand("llama") && llama_options.backend == "mpi");
+  if (use_mpi) {
+    std::string command_line;
+    for (int i = 1; i < argc; ++i) command_line += (i > 1 ? " " : "") + std::string(argv[i]);
+    try {
+      mpi.emplace(shardflow::Runtime::mpi({.job_fingerprint = command_line}));
+    } catch (const shardflow::Error& error) {
+      std::cerr << "error: " << one_line(error.what()) << "\n";
+      return 1;
+    }
+    cli::set_mpi_runtime(&*mpi);
+    if (mpi->process_index() != 0) std::cout.setstate(std::ios::badbit);
+  }
+  const auto fail = [&](const std::string& message, int status) {
+    if (mpi && mpi->process_count() > 1) mpi->abort_job("error: " + one_line(message), status);
+    std::cerr << "error: " << one_line(message) << "\n";
+    return status;
+  };
+
   try {
     if (app.got_subcommand("sharding")) return cli::run_sharding_command(sharding_options);
     if (app.got_subcommand("ir")) return cli::run_ir_command(ir_options);
@@ -125,11 +157,9 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("partition")) return cli::run_partition_command(partition_options);
     if (app.got_subcommand("llama")) return cli::run_llama_command(llama_options);
   } catch (const cli::UsageError& error) {
-    std::cerr << "error: " << one_line(error.what()) << "\n";
-    return 2;
+    return fail(error.what(), 2);
   } catch (const shardflow::Error& error) {
-    std::cerr << "error: " << one_line(error.what()) << "\n";
-    return 1;
+    return fail(error.what(), 1);
   }
   return 2;
 }

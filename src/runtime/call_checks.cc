@@ -43,7 +43,8 @@ class Calls {
 
 static bool overlaps(const std::byte* a, std::size_t a_bytes, const std::byte* b,
                      std::size_t b_bytes) {
-  if (a_bytes == 0 || b_bytes == 0) return false;
+  // Null: a call known only by its sizes (the MPI backend's view of others).
+  if (a_bytes == 0 || b_bytes == 0 || a == nullptr || b == nullptr) return false;
   const auto a0 = reinterpret_cast<uintptr_t>(a), b0 = reinterpret_cast<uintptr_t>(b);
   return a0 < b0 + b_bytes && b0 < a0 + a_bytes;
 }

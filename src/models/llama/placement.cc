@@ -3,6 +3,7 @@
 #include <map>
 
 #include "shardflow/sharding/sharding.h"
+#include "shardflow/trace/compile.h"
 
 namespace shardflow::llama {
 
@@ -56,6 +57,10 @@ Tensor place_tensor(const Shape& shape, const ElementSource& source, const Shard
   std::map<std::vector<std::pair<int64_t, int64_t>>, DenseTensor> filled;  // replicas share a buffer
   std::vector<DenseTensor> shards;
   for (const DeviceShard& device : layout.shards) {
+    if (!is_addressable_device(device.device)) {  // another process reads it (MPI)
+      shards.emplace_back();
+      continue;
+    }
     std::vector<DimSlice> slices = device.slices;
     if (device.whole) {
       slices.clear();
