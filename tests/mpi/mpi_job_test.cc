@@ -1,0 +1,135 @@
+// MPI jobs launched with mpiexec, as a user launches them: `shardflow run`
+// and `shardflow llama` with --backend mpi give the in-process results; a
+// rank that throws, exits or stops joining collectives ends the job with a
+// non-zero status and the error within 30 s; ranks started with different
+// arguments, or too few ranks for the mesh, are told at start-up.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace {
+
+struct JobResult {
+  int status = -1;
+  std::string out;
+  std::string err;
+  double seconds = 0;
+};
+
+// Runs a shell command line, capturing stdout and stderr.
+JobResult run(const std::string& command) {
+  const std::string err_file = testing::TempDir() + "mpi_job_stderr_" + std::to_string(getpid()) + ".txt";
+  JobResult result;
+  const auto started = std::chrono::steady_clock::now();
+  FILE* pipe = popen((command + " 2>" + err_file).c_str(), "r");
+  if (pipe == nullptr) return result;
+  std::array<char, 4096> buffer{};
+  while (std::size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) result.out.append(buffer.data(), n);
+  const int status = pclose(pipe);
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  result.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (FILE* err = fopen(err_file.c_str(), "r")) {
+    while (std::size_t n = fread(buffer.data(), 1, buffer.size(), err)) result.err.append(buffer.data(), n);
+    fclose(err);
+  }
+  return result;
+}
+
+// mpiexec with `ranks` ranks (oversubscribed: more ranks than cores is fine
+// for tests; root needs OMPI_ALLOW_RUN_AS_ROOT, set by CTest).
+std::string mpiexec(int ranks) {
+  return std::string(SHARDFLOW_MPIEXEC) + " -n " + std::to_string(ranks) + " --oversubscribe ";
+}
+
+const std::string kShardflow = SHARDFLOW_CLI;
+const std::string kProbe = SHARDFLOW_MPI_PROBE;
+
+std::string write(const std::string& name, const std::string& text) {
+  const std::string path = testing::TempDir() + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(MpiJob, HealthyJobEndsWithStatus0) {
+  const JobResult r = run(mpiexec(2) + kProbe + " none");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "ok\n");  // rank 0 only
+}
+
+TEST(MpiJob, RankThatThrowsEndsTheJobWithItsError) {
+  const JobResult r = run(mpiexec(2) + kProbe + " throw");
+  EXPECT_NE(r.status, 0);
+  EXPECT_LT(r.seconds, 30);
+  EXPECT_NE(r.err.find("shardflow: rank 1 of 2: device 1: injected failure at round 5"), std::string::npos) << r.err;
+}
+
+TEST(MpiJob, RankThatExitsEndsTheJob) {
+  const JobResult r = run(mpiexec(2) + kProbe + " exit");
+  EXPECT_NE(r.status, 0);
+  EXPECT_LT(r.seconds, 30);
+}
+
+TEST(MpiJob, RankThatStopsJoiningIsReportedByTheWatchdog) {
+  const JobResult r = run("SHARDFLOW_MPI_TIMEOUT=2 " + mpiexec(2) + kProbe + " skip");
+  EXPECT_NE(r.status, 0);
+  EXPECT_LT(r.seconds, 30);
+  EXPECT_NE(r.err.find("rank 0 of 2: waited 2 s in all_reduce over devices [0, 1]"), std::string::npos) << r.err;
+}
+
+const char* kMlp = R"IR(func @mlp(%x: f32[8,16], %w1: f32[16,64], %w2: f32[64,16]) -> (f32[8,16]) {
+  %a = xla::dynamo_mark_sharding(%w1, [0, 1, 2, 3], "(2, 2)", "('data', 'model')", "(None, 'model')") : f32[16,64]
+  %b = xla::dynamo_mark_sharding(%w2, [0, 1, 2, 3], "(2, 2)", "('data', 'model')", "('model', None)") : f32[64,16]
+  %c = xla::dynamo_mark_sharding(%x, [0, 1, 2, 3], "(2, 2)", "('data', 'model')", "('data', None)") : f32[8,16]
+  %h = aten::matmul(%c, %a) : f32[8,64]
+  %g = aten::gelu(%h) : f32[8,64]
+  %y = aten::matmul(%g, %b) : f32[8,16]
+  return %y
+}
+)IR";
+
+TEST(MpiJob, RunGivesTheInProcessOutputBitForBit) {
+  const std::string path = write("mpi_mlp.ir", kMlp);
+  const JobResult local = run(kShardflow + " run " + path + " --check --format json");
+  ASSERT_EQ(local.status, 0) << local.err;
+  const JobResult mpi = run(mpiexec(4) + kShardflow + " run " + path + " --check --format json --backend mpi");
+  EXPECT_EQ(mpi.status, 0) << mpi.err;
+  EXPECT_EQ(mpi.out, local.out);  // same sums and values: the reductions run in the same order
+}
+
+TEST(MpiJob, LlamaTinyGivesTheInProcessTokens) {
+  const std::string args = " llama --config tiny --mesh 2,1,2 --steps 12 --check --format json";
+  const JobResult local = run(kShardflow + args);
+  ASSERT_EQ(local.status, 0) << local.err;
+  const JobResult mpi = run(mpiexec(4) + kShardflow + args + " --backend mpi");
+  ASSERT_EQ(mpi.status, 0) << mpi.err;
+  const auto l = nlohmann::json::parse(local.out), m = nlohmann::json::parse(mpi.out);
+  EXPECT_EQ(m["tokens"], l["tokens"]);
+  EXPECT_EQ(m["collectives_per_decode_step"], l["collectives_per_decode_step"]);
+  EXPECT_LT(m["max_abs_logit_diff"].get<double>(), 1e-4);
+}
+
+TEST(MpiJob, RanksStartedWithDifferentArgumentsAreToldAtStartUp) {
+  const std::string base = " --oversubscribe " + kShardflow + " llama --config tiny --mesh 2,1,1 --backend mpi --steps ";
+  const JobResult r = run(std::string(SHARDFLOW_MPIEXEC) + " -n 1" + base + "2 : -n 1" + base + "3");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_LT(r.seconds, 30);
+  EXPECT_NE(r.err.find("the MPI ranks were started differently: rank 0 runs"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("but rank 1 runs"), std::string::npos) << r.err;
+}
+
+TEST(MpiJob, TooFewRanksForTheMeshIsAnError) {
+  const JobResult r = run(mpiexec(2) + kShardflow + " llama --config tiny --mesh 2,1,2 --backend mpi --steps 2");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("the mesh (2, 1, 2) needs 4 device(s), but the MPI job has 2 rank(s): launch it with mpirun -n 4"),
+            std::string::npos)
+      << r.err;
+}
+
+}  // namespace
