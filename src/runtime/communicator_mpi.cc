@@ -103,14 +103,15 @@ MpiCommunicator::GroupComm& MpiCommunicator::comm_of(const DeviceGroup& group, C
   MPI_Group_free(&world_group);
   check_mpi(included, "MPI_Group_incl");
   auto& stored = groups_.emplace(group.devices, std::move(entry)).first->second;
+  int created = MPI_SUCCESS;
   {
     const Scope scope(watch_, stored, kind);  // creation waits for every member
-    const int created = MPI_Comm_create_group(MPI_COMM_WORLD, sub_group, /*tag=*/0, &stored.comm);
-    MPI_Group_free(&sub_group);
-    if (created != MPI_SUCCESS) {
-      groups_.erase(group.devices);
-      check_mpi(created, "MPI_Comm_create_group");
-    }
+    created = MPI_Comm_create_group(MPI_COMM_WORLD, sub_group, /*tag=*/0, &stored.comm);
+  }
+  MPI_Group_free(&sub_group);
+  if (created != MPI_SUCCESS) {
+    groups_.erase(group.devices);
+    check_mpi(created, "MPI_Comm_create_group");
   }
   MPI_Comm_set_errhandler(stored.comm, MPI_ERRORS_RETURN);
   return stored;

@@ -39,9 +39,10 @@ class LocalRuntime final : public Runtime::Impl {
   int64_t num_devices() const override { return world_.num_devices(); }
   void run(const Program& program) override;
   [[noreturn]] void abort_job(std::string_view message, int status) override {
+    std::fflush(nullptr);
     std::fprintf(stderr, "shardflow: %.*s\n", static_cast<int>(message.size()), message.data());
     std::fflush(stderr);
-    std::_Exit(status);
+    std::_Exit(status);  // not exit(): other device threads may be running
   }
 
  private:

@@ -206,6 +206,7 @@ void MpiRuntime::run(const Program& program) {
 
 void MpiRuntime::abort_job(std::string_view message, int status) {
   const std::string line = fmt::format("shardflow: rank {} of {}: {}\n", rank_, size_, message);
+  std::fflush(nullptr);  // what was printed before the error, then the error
   std::fputs(line.c_str(), stderr);
   std::fflush(stderr);
   MPI_Abort(MPI_COMM_WORLD, status);

@@ -42,10 +42,16 @@ JobResult run(const std::string& command) {
   return result;
 }
 
+// The environment of every job: OpenMPI refuses root without the two
+// variables (CI runs as root); LeakSanitizer would report OpenMPI's own
+// allocations at exit in the asan build.
+const std::string kJobEnvironment =
+    "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ASAN_OPTIONS=detect_leaks=0 OPENBLAS_NUM_THREADS=1 ";
+
 // mpiexec with `ranks` ranks (oversubscribed: more ranks than cores is fine
-// for tests; root needs OMPI_ALLOW_RUN_AS_ROOT, set by CTest).
+// for tests).
 std::string mpiexec(int ranks) {
-  return std::string(SHARDFLOW_MPIEXEC) + " -n " + std::to_string(ranks) + " --oversubscribe ";
+  return kJobEnvironment + SHARDFLOW_MPIEXEC + " -n " + std::to_string(ranks) + " --oversubscribe ";
 }
 
 const std::string kShardflow = SHARDFLOW_CLI;
@@ -96,7 +102,7 @@ const char* kMlp = R"IR(func @mlp(%x: f32[8,16], %w1: f32[16,64], %w2: f32[64,16
 
 TEST(MpiJob, RunGivesTheInProcessOutputBitForBit) {
   const std::string path = write("mpi_mlp.ir", kMlp);
-  const JobResult local = run(kShardflow + " run " + path + " --check --format json");
+  const JobResult local = run(kJobEnvironment + kShardflow + " run " + path + " --check --format json");
   ASSERT_EQ(local.status, 0) << local.err;
   const JobResult mpi = run(mpiexec(4) + kShardflow + " run " + path + " --check --format json --backend mpi");
   EXPECT_EQ(mpi.status, 0) << mpi.err;
@@ -105,7 +111,7 @@ TEST(MpiJob, RunGivesTheInProcessOutputBitForBit) {
 
 TEST(MpiJob, LlamaTinyGivesTheInProcessTokens) {
   const std::string args = " llama --config tiny --mesh 2,1,2 --steps 12 --check --format json";
-  const JobResult local = run(kShardflow + args);
+  const JobResult local = run(kJobEnvironment + kShardflow + args);
   ASSERT_EQ(local.status, 0) << local.err;
   const JobResult mpi = run(mpiexec(4) + kShardflow + args + " --backend mpi");
   ASSERT_EQ(mpi.status, 0) << mpi.err;
@@ -117,7 +123,7 @@ TEST(MpiJob, LlamaTinyGivesTheInProcessTokens) {
 
 TEST(MpiJob, RanksStartedWithDifferentArgumentsAreToldAtStartUp) {
   const std::string base = " --oversubscribe " + kShardflow + " llama --config tiny --mesh 2,1,1 --backend mpi --steps ";
-  const JobResult r = run(std::string(SHARDFLOW_MPIEXEC) + " -n 1" + base + "2 : -n 1" + base + "3");
+  const JobResult r = run(kJobEnvironment + SHARDFLOW_MPIEXEC + " -n 1" + base + "2 : -n 1" + base + "3");
   EXPECT_EQ(r.status, 1);
   EXPECT_LT(r.seconds, 30);
   EXPECT_NE(r.err.find("the MPI ranks were started differently: rank 0 runs"), std::string::npos) << r.err;
