@@ -92,7 +92,8 @@ class MpiCommunicator final : public Communicator {
   std::vector<std::byte> scratch_;  // received data of reductions
   std::vector<CallInfo> calls_;  // check()'s, kept to avoid allocations
   std::vector<const CallInfo*> call_views_;
-  std::vector<int> counts_, displacements_, recv_counts_, recv_displacements_;
+  std::vector<int> counts_, displacements_;
+  std::vector<MPI_Request> requests_;
 };
 
 }  // namespace shardflow::detail
