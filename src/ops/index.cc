@@ -286,8 +286,15 @@ void register_index_copy(OpRegistry& r) {
       return fmt::format("index_copy_(): index {} is out of bounds for dimension {} with size {}", i,
                          dim, rows.size);
     });
-    DenseTensor out = DenseTensor::empty(out_type.dtype, out_type.shape);
-    std::memcpy(out.data(), self.data(), self.nbytes());
+    // Functional: a copy of self with the rows replaced; written into self's
+    // buffer when nothing else holds it (a donated cache at its last use).
+    DenseTensor out;
+    if (self.is_sole_owner()) {
+      out = self;
+    } else {
+      out = DenseTensor::empty(out_type.dtype, out_type.shape);
+      std::memcpy(out.data(), self.data(), self.nbytes());
+    }
     // Source is [outer, count, inner]; k ascending, so the last duplicate wins.
     const std::size_t row = static_cast<std::size_t>(rows.inner) * element_size(self.dtype());
     const auto count = static_cast<int64_t>(indices.size());

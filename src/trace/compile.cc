@@ -10,6 +10,7 @@
 #include "shardflow/ir/text.h"
 #include "shardflow/ops/ops.h"
 #include "shardflow/trace/interpreter.h"
+#include "tensor_impl.h"
 #include "trace_context.h"
 
 namespace shardflow {
@@ -54,6 +55,8 @@ struct CacheEntry {
   // What the runner made of the graph, and which runner.
   std::shared_ptr<const PreparedGraph> prepared;
   GraphRunner* prepared_by = nullptr;
+  // Without a runner: the graph ready to interpret, made at its first run.
+  std::unique_ptr<GraphInterpreter> interpreter;
 };
 
 }  // namespace
@@ -62,6 +65,7 @@ struct CompiledFunction::State {
   Body body;
   std::string name;
   GuardMode guards = GuardMode::kReplay;
+  std::vector<bool> donated;  // by explicit input position
   std::vector<std::unique_ptr<CacheEntry>> entries;  // most recently used first
   CacheEntry* last = nullptr;
   CompileStats stats;
@@ -159,6 +163,13 @@ CompiledFunction::CompiledFunction(Body body, std::string name, GuardMode guards
   state_->guards = guards;
 }
 
+void CompiledFunction::donate_inputs(std::vector<std::size_t> positions) {
+  for (std::size_t position : positions) {
+    if (position >= state_->donated.size()) state_->donated.resize(position + 1, false);
+    state_->donated[position] = true;
+  }
+}
+
 namespace {
 
 // The graph's inputs for the runner: the explicit ones, then the captured.
@@ -197,14 +208,25 @@ std::vector<Tensor> CompiledFunction::call(const std::vector<Tensor>& inputs) {
     }
     return tensor.value();
   };
-  for (std::size_t i = 0; i < inputs.size(); ++i) values.push_back(value_of(inputs[i], *entry->record.graph.inputs()[i]));
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const std::shared_ptr<TensorImpl>& impl = inputs[i].impl();
+    const bool donated = i < state_->donated.size() && state_->donated[i];
+    if (donated && impl.use_count() == 1 && impl->value && !impl->sharding && impl->value->is_sole_owner()) {
+      values.push_back(std::move(*impl->value));  // the buffer now belongs to the call
+      impl->value.reset();
+      impl->donated_to = state_->name;
+      continue;
+    }
+    values.push_back(value_of(inputs[i], *entry->record.graph.inputs()[i]));
+  }
   for (std::size_t c = 0; c < captured.size(); ++c) {
     const CapturedTensor& kept = entry->record.captured[c];
     values.push_back(kept.by_value ? *kept.by_value
                                    : value_of(Tensor(captured[c]), *entry->record.graph.inputs()[inputs.size() + c]));
   }
   std::vector<Tensor> outputs;
-  for (DenseTensor& value : run_graph(entry->record.graph, values)) outputs.emplace_back(std::move(value));
+  if (!entry->interpreter) entry->interpreter = std::make_unique<GraphInterpreter>(entry->record.graph);
+  for (DenseTensor& value : entry->interpreter->run(std::move(values))) outputs.emplace_back(std::move(value));
   return outputs;
 }
 

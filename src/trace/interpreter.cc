@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <unordered_map>
 
 #include "shardflow/base/error.h"
@@ -9,19 +10,46 @@
 
 namespace shardflow {
 
-std::vector<DenseTensor> run_graph(const Graph& graph, std::span<const DenseTensor> inputs) {
-  if (inputs.size() != graph.inputs().size()) {
-    throw Error(fmt::format("graph @{} takes {} inputs, got {}", graph.name(), graph.inputs().size(),
-                            inputs.size()));
-  }
-  // Index of the last node that reads each value (outputs are kept).
-  std::unordered_map<const Value*, std::size_t> last_use;
+GraphInterpreter::GraphInterpreter(const Graph& graph) : graph_(graph) {
+  // Slots: the graph inputs first, then every node output in order.
+  std::unordered_map<const Value*, int> slot;
+  for (const Value* input : graph.inputs()) slot.emplace(input, static_cast<int>(slot.size()));
+  std::unordered_map<const Value*, std::size_t> last_use;  // node index; outputs are kept
   for (std::size_t n = 0; n < graph.nodes().size(); ++n) {
     for (const Value* input : graph.nodes()[n]->inputs()) last_use[input] = n;
   }
   for (const Value* output : graph.outputs()) last_use[output] = graph.nodes().size();
+  for (std::size_t n = 0; n < graph.nodes().size(); ++n) {
+    const Node& node = *graph.nodes()[n];
+    Step step{&node, node.op_args(), {}, {}, {}, {}};
+    for (const Value* input : node.inputs()) {
+      step.inputs.push_back(slot.at(input));
+      if (last_use.at(input) == n && std::find(step.release.begin(), step.release.end(), step.inputs.back()) ==
+                                         step.release.end()) {
+        step.release.push_back(step.inputs.back());
+      }
+    }
+    for (int input : step.inputs) {
+      const bool last = std::find(step.release.begin(), step.release.end(), input) != step.release.end();
+      step.hand_over.push_back(last && std::count(step.inputs.begin(), step.inputs.end(), input) == 1);
+    }
+    for (const Value* output : node.outputs()) {
+      step.outputs.push_back(static_cast<int>(slot.size()));
+      slot.emplace(output, static_cast<int>(slot.size()));
+    }
+    steps_.push_back(std::move(step));
+  }
+  for (const Value* output : graph.outputs()) output_slots_.push_back(slot.at(output));
+  num_slots_ = slot.size();
+}
 
-  std::unordered_map<const Value*, DenseTensor> values;
+std::vector<DenseTensor> GraphInterpreter::run(std::vector<DenseTensor> inputs) const {
+  const Graph& graph = graph_;
+  if (inputs.size() != graph.inputs().size()) {
+    throw Error(fmt::format("graph @{} takes {} inputs, got {}", graph.name(), graph.inputs().size(),
+                            inputs.size()));
+  }
+  std::vector<DenseTensor> slots(num_slots_);
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     const TensorType expected = graph.inputs()[i]->type();
     if (inputs[i].dtype() != expected.dtype || inputs[i].shape() != expected.shape) {
@@ -29,26 +57,33 @@ std::vector<DenseTensor> run_graph(const Graph& graph, std::span<const DenseTens
                               graph.name(), expected.to_string(), dtype_name(inputs[i].dtype()),
                               shape_to_string(inputs[i].shape())));
     }
-    values[graph.inputs()[i]] = inputs[i];
+    slots[i] = std::move(inputs[i]);
   }
-  for (std::size_t n = 0; n < graph.nodes().size(); ++n) {
-    const Node& node = *graph.nodes()[n];
-    std::vector<DenseTensor> operands;
-    for (const Value* input : node.inputs()) operands.push_back(values.at(input));
+  std::vector<DenseTensor> operands;
+  for (const Step& step : steps_) {
+    operands.clear();
+    for (std::size_t k = 0; k < step.inputs.size(); ++k) {
+      DenseTensor& slot = slots[static_cast<std::size_t>(step.inputs[k])];
+      operands.push_back(step.hand_over[k] ? std::move(slot) : slot);
+    }
     std::vector<DenseTensor> results;
     try {
-      results = node.op().kernel(node.op_args(), operands);
+      results = step.node->op().kernel(step.args, operands);
     } catch (const Error& error) {
-      throw Error(fmt::format("{}: {}", print_node(node), error.what()));
+      throw Error(fmt::format("{}: {}", print_node(*step.node), error.what()));
     }
-    for (std::size_t i = 0; i < results.size(); ++i) values[node.outputs()[i]] = std::move(results[i]);
-    for (const Value* input : node.inputs()) {
-      if (last_use.at(input) == n) values.erase(input);
+    for (std::size_t i = 0; i < results.size(); ++i) {
+      slots[static_cast<std::size_t>(step.outputs[i])] = std::move(results[i]);
     }
+    for (int released : step.release) slots[static_cast<std::size_t>(released)] = DenseTensor();
   }
   std::vector<DenseTensor> outputs;
-  for (const Value* output : graph.outputs()) outputs.push_back(values.at(output));
+  for (int output : output_slots_) outputs.push_back(slots[static_cast<std::size_t>(output)]);
   return outputs;
+}
+
+std::vector<DenseTensor> run_graph(const Graph& graph, std::span<const DenseTensor> inputs) {
+  return GraphInterpreter(graph).run(std::vector<DenseTensor>(inputs.begin(), inputs.end()));
 }
 
 }  // namespace shardflow

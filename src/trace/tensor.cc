@@ -24,6 +24,12 @@ std::shared_ptr<TensorImpl> make_concrete_impl(DenseTensor value) {
   return impl;
 }
 
+void throw_donated(const TensorImpl& impl) {
+  throw Error(fmt::format("this tensor ({}) was donated to the compiled function '{}', which reused its buffer "
+                          "for its outputs; use those outputs instead",
+                          impl.type.to_string(), impl.donated_to));
+}
+
 DenseTensor gather_value(const TensorImpl& impl) {
   if (impl.meta) {
     throw Error("tensor " + impl.type.to_string() +
@@ -33,6 +39,7 @@ DenseTensor gather_value(const TensorImpl& impl) {
     throw Error("this tensor depends on the inputs of the compiled function, so its values are "
                 "not known while tracing; it is computed by: " + traced_origin(impl));
   }
+  if (!impl.donated_to.empty()) throw_donated(impl);
   if (impl.value) return *impl.value;
   const std::vector<DenseTensor>* held = &impl.shards;
   std::vector<DenseTensor> fetched;
@@ -187,6 +194,7 @@ std::string Tensor::sharding_spec() const {
 }
 
 std::vector<LocalShard> Tensor::local_shards() const {
+  if (!impl_->donated_to.empty()) throw_donated(*impl_);
   std::vector<LocalShard> result;
   if (!impl_->sharding) {
     // Not laid out: one device holds the whole tensor.

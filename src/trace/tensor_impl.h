@@ -12,6 +12,7 @@
 
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "shardflow/ir/graph.h"
@@ -48,11 +49,17 @@ struct TensorImpl {
   Value* traced_value = nullptr;
   std::optional<ConstantRecipe> recipe;  // trace-time constants only
 
+  // Set when a compiled function took this tensor's buffers (a donated
+  // input): its name, for the error on any later use.
+  std::string donated_to;
+
   bool is_concrete() const { return !meta && traced_value == nullptr; }
 };
 
 // Makes a concrete impl.
 std::shared_ptr<TensorImpl> make_concrete_impl(DenseTensor value);
+// Throws the error of a use of a donated tensor.
+[[noreturn]] void throw_donated(const TensorImpl& impl);
 // The tensor's value, assembled from its shards when it is laid out.
 DenseTensor gather_value(const TensorImpl& impl);
 

@@ -255,3 +255,37 @@ TEST(Compile, SignatureGuardsSkipTheReplay) {
 }
 
 }  // namespace
+
+// donate_inputs: a sole handle moved into the call gives its buffer to the
+// step (the update happens in place, and the old handle is used up); a
+// shared handle keeps functional semantics.
+TEST(Compile, DonatedInputIsUpdatedInPlaceAndUsedUp) {
+  sf::CompiledFunction step(
+      [](const std::vector<sf::Tensor>& in) {
+        return std::vector<sf::Tensor>{sf::index_copy(in[0], 0, in[1], in[2])};
+      },
+      "cache_update");
+  step.donate_inputs({0});
+  const sf::Tensor index = sf::Tensor::from_ints(std::vector<int64_t>{1}, {1});
+  const sf::Tensor row = sf::Tensor::from_floats(std::vector<float>{7, 8}, {1, 2});
+
+  sf::Tensor cache = sf::zeros({3, 2});
+  const float* before = cache.value().data_as<float>();
+  std::vector<sf::Tensor> inputs{std::move(cache), index, row};
+  sf::Tensor updated = step.call(inputs)[0];
+  EXPECT_EQ(updated.to_floats(), (std::vector<float>{0, 0, 7, 8, 0, 0}));
+  EXPECT_EQ(updated.value().data_as<float>(), before);  // the same buffer: no copy
+  try {
+    inputs[0].to_floats();
+    ADD_FAILURE() << "a donated tensor was readable";
+  } catch (const sf::Error& error) {
+    EXPECT_NE(std::string(error.what()).find("donated to the compiled function 'cache_update'"), std::string::npos)
+        << error.what();
+  }
+
+  // A handle the caller keeps is not donated: it stays as it was.
+  const sf::Tensor kept = sf::zeros({3, 2});
+  const sf::Tensor result = step.call({kept, index, row})[0];
+  EXPECT_EQ(kept.to_floats(), std::vector<float>(6, 0.0f));
+  EXPECT_EQ(result.to_floats(), (std::vector<float>{0, 0, 7, 8, 0, 0}));
+}

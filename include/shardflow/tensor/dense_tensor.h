@@ -37,6 +37,12 @@ class DenseTensor {
   // The same bytes read with another shape of equal element count.
   DenseTensor reshaped(Shape shape) const;
 
+  // No other DenseTensor (copy or reshaped view) shares these bytes. A
+  // kernel whose operand is the sole owner may write its result into it: the
+  // interpreter hands over an intermediate at its last use that way, so an
+  // update of a donated buffer (a KV cache) needs no copy.
+  bool is_sole_owner() const { return buffer_ != nullptr && buffer_.use_count() == 1; }
+
  private:
   DType dtype_ = DType::kF32;
   Shape shape_;

@@ -115,6 +115,16 @@ class CompiledFunction {
 
   // Traces or reuses a graph for these inputs, then runs it.
   std::vector<Tensor> call(const std::vector<Tensor>& inputs);
+
+  // Donates the explicit inputs at these positions to every later call
+  // (jax.jit's donate_argnums): when the Tensor passed there is the only
+  // handle to its data (moved into the input vector, no other copies or
+  // views), the call may reuse its buffer for an output, so a state updated
+  // in the step (a KV cache written with index_copy) is not copied. The
+  // tensor is then used up: reading it later is an error that names this
+  // function. Inputs that are shared are left alone (no donation). Done on
+  // one device (the interpreter); multi-device runs copy as before.
+  void donate_inputs(std::vector<std::size_t> positions);
   // Traces or reuses a graph without running it (inputs may be shape-only);
   // on a multi-device runtime also propagates and partitions it, so that the
   // next call with such inputs only runs.

@@ -9,8 +9,36 @@
 
 namespace shardflow {
 
-// One value per graph input, in order; returns one per graph output. Each
-// intermediate is released after its last use.
+// A graph made ready for repeated runs: each node's operand and result
+// slots, its bound arguments, and the values it is the last reader of, found
+// once instead of on every run (a decode step runs a few hundred small ops,
+// where that bookkeeping was a visible share of the time). The graph must
+// outlive the interpreter.
+class GraphInterpreter {
+ public:
+  explicit GraphInterpreter(const Graph& graph);
+
+  // One value per graph input, in order; returns one per graph output. Each
+  // value is released after its last use, and handed to that last reader
+  // (so a kernel may update a buffer that nothing else holds in place).
+  std::vector<DenseTensor> run(std::vector<DenseTensor> inputs) const;
+
+ private:
+  struct Step {
+    const Node* node;
+    OpArgs args;
+    std::vector<int> inputs, outputs;
+    std::vector<char> hand_over;  // per input: its slot's last reader, read once here
+    std::vector<int> release;     // slots whose last reader this is
+  };
+
+  const Graph& graph_;
+  std::vector<Step> steps_;
+  std::vector<int> output_slots_;
+  std::size_t num_slots_ = 0;
+};
+
+// The same, once.
 std::vector<DenseTensor> run_graph(const Graph& graph, std::span<const DenseTensor> inputs);
 
 }  // namespace shardflow

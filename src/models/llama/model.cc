@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include <numeric>
+
 #include "shardflow/base/error.h"
 #include "shardflow/models/llama.h"
 #include "shardflow/trace/mark_sharding.h"
@@ -87,6 +89,10 @@ Model::Model(Weights weights, std::optional<ShardingPlan> plan) : weights_(std::
   // signature guard suffices (no symbolic re-run of the step per token).
   prefill_ = std::make_shared<CompiledFunction>(body, "llama_prefill", GuardMode::kSignature);
   decode_ = std::make_shared<CompiledFunction>(body, "llama_decode", GuardMode::kSignature);
+  std::vector<std::size_t> caches(static_cast<std::size_t>(2 * c.n_layers));
+  std::iota(caches.begin(), caches.end(), std::size_t{2});  // after tokens and positions
+  prefill_->donate_inputs(caches);
+  decode_->donate_inputs(caches);
 }
 
 Tensor Model::annotate(const Tensor& t, const std::string& role) const {
@@ -170,9 +176,9 @@ Tensor Model::forward(const Tensor& tokens, int64_t start, KVCache& cache) {
     throw Error("LLaMA forward: the KV cache was not made by this model's new_cache()");
   }
   std::vector<Tensor> inputs{tokens, arange(static_cast<double>(start), static_cast<double>(start + length), 1, DType::kI64)};
-  for (int64_t l = 0; l < c.n_layers; ++l) {
-    inputs.push_back(cache.keys[static_cast<std::size_t>(l)]);
-    inputs.push_back(cache.values[static_cast<std::size_t>(l)]);
+  for (int64_t l = 0; l < c.n_layers; ++l) {  // moved: the step updates the caches in place (donated)
+    inputs.push_back(std::move(cache.keys[static_cast<std::size_t>(l)]));
+    inputs.push_back(std::move(cache.values[static_cast<std::size_t>(l)]));
   }
   std::vector<Tensor> outputs = (length == 1 ? decode_ : prefill_)->call(inputs);
   for (int64_t l = 0; l < c.n_layers; ++l) {
