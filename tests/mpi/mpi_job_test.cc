@@ -4,41 +4,24 @@
 // non-zero status and the error within 30 s; ranks started with different
 // arguments, or too few ranks for the mesh, are told at start-up.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <array>
 #include <chrono>
-#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "tools/cli_runner.h"
+
 namespace {
 
-struct JobResult {
-  int status = -1;
-  std::string out;
-  std::string err;
+struct JobResult : CliResult {
   double seconds = 0;
 };
 
-// Runs a shell command line, capturing stdout and stderr.
 JobResult run(const std::string& command) {
-  const std::string err_file = testing::TempDir() + "mpi_job_stderr_" + std::to_string(getpid()) + ".txt";
-  JobResult result;
   const auto started = std::chrono::steady_clock::now();
-  FILE* pipe = popen((command + " 2>" + err_file).c_str(), "r");
-  if (pipe == nullptr) return result;
-  std::array<char, 4096> buffer{};
-  while (std::size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) result.out.append(buffer.data(), n);
-  const int status = pclose(pipe);
+  JobResult result{run_command(command)};
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  result.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  if (FILE* err = fopen(err_file.c_str(), "r")) {
-    while (std::size_t n = fread(buffer.data(), 1, buffer.size(), err)) result.err.append(buffer.data(), n);
-    fclose(err);
-  }
   return result;
 }
 

@@ -15,12 +15,12 @@ struct CliResult {
   std::string err;
 };
 
-// Runs `shardflow <args>` (shell syntax), capturing stdout and stderr.
-inline CliResult run_cli(const std::string& args) {
+// Runs a shell command line, capturing stdout and stderr.
+inline CliResult run_command(const std::string& command_line) {
   // CTest runs tests in parallel: one stderr file per process.
   const std::string err_file =
       testing::TempDir() + "shardflow_cli_stderr_" + std::to_string(getpid()) + ".txt";
-  const std::string command = std::string(SHARDFLOW_CLI) + " " + args + " 2>" + err_file;
+  const std::string command = command_line + " 2>" + err_file;
   CliResult result;
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return result;
@@ -34,3 +34,8 @@ inline CliResult run_cli(const std::string& args) {
   }
   return result;
 }
+
+#ifdef SHARDFLOW_CLI
+// Runs `shardflow <args>` (shell syntax).
+inline CliResult run_cli(const std::string& args) { return run_command(std::string(SHARDFLOW_CLI) + " " + args); }
+#endif
