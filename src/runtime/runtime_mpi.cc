@@ -103,16 +103,17 @@ MpiRuntime::MpiRuntime(const MpiOptions& options) {
     throw;
   }
 
-  // The ranks on this host share its cores; OpenBLAS gets its share.
+  // The ranks on this host share its cores; OpenBLAS gets its share
   MPI_Comm host = MPI_COMM_NULL;
   int host_ranks = 1;
   if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &host) == MPI_SUCCESS) {
     MPI_Comm_size(host, &host_ranks);
     MPI_Comm_free(&host);
   }
+  // (Never more than it had: OPENBLAS_NUM_THREADS=1 stays 1.)
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   previous_blas_threads_ = openblas_get_num_threads();
-  set_blas_threads(std::max(1, cores / std::max(1, host_ranks)));
+  set_blas_threads(std::clamp(cores / std::max(1, host_ranks), 1, std::max(1, *previous_blas_threads_)));
 
   previous_device_count_ = global_device_count();
   set_global_device_count(size_);

@@ -74,7 +74,7 @@ class Runtime {
   // Initialises MPI (MPI_THREAD_SERIALIZED) unless the program did, and
   // finalises it on destruction when it initialised it; so at most one MPI
   // runtime per process, and none after another has finished. OpenBLAS gets
-  // the cores of this host divided by the ranks on it.
+  // at most the cores of this host divided by the ranks on it.
   //
   // Failure: an exception in a device program, or a runtime destroyed by an
   // exception, prints "shardflow: rank R of N: <error>" and ends every rank
