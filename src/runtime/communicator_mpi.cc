@@ -182,7 +182,8 @@ void MpiCommunicator::all_reduce(const DeviceGroup& group, std::span<std::byte> 
   const auto n = static_cast<std::size_t>(g.size());
   if (n == 1 || bytes == 0) return;
   const Scope scope(watch_, g, kind);
-  std::vector<const std::byte*> sources(n);
+  std::vector<const std::byte*>& sources = sources_;
+  sources.resize(n);
   if (bytes * n <= kGatherReduceMaxBytes) {
     scratch_.resize(bytes * n);
     check_mpi(MPI_Allgather(data.data(), count_of(bytes, kind), MPI_BYTE, scratch_.data(), count_of(bytes, kind),
@@ -269,7 +270,8 @@ void MpiCommunicator::reduce_scatter(const DeviceGroup& group, std::span<const s
   check_mpi(MPI_Alltoall(input.data(), count_of(chunk, kind), MPI_BYTE, scratch_.data(), count_of(chunk, kind),
                          MPI_BYTE, g.comm),
             "MPI_Alltoall (reduce_scatter)");
-  std::vector<const std::byte*> sources(n);
+  std::vector<const std::byte*>& sources = sources_;
+  sources.resize(n);
   for (std::size_t m = 0; m < n; ++m) sources[m] = scratch_.data() + m * chunk;
   std::byte* const destination = output.data();
   reduce_arrays(dtype, op, sources, std::span(&destination, 1), chunk / element_size(dtype));

@@ -90,6 +90,7 @@ class MpiCommunicator final : public Communicator {
   CollectiveWatch watch_;
   std::map<std::vector<int64_t>, GroupComm> groups_;
   std::vector<std::byte> scratch_;  // received data of reductions
+  std::vector<const std::byte*> sources_;  // the buffers a reduction combines
   std::vector<CallInfo> calls_;  // check()'s, kept to avoid allocations
   std::vector<const CallInfo*> call_views_;
   std::vector<int> counts_, displacements_;

@@ -49,13 +49,18 @@ std::shared_ptr<const PreparedGraph> SpmdRunner::prepare(const Graph& graph,
   return std::make_shared<SpmdPrepared>(std::move(shardings), std::move(program));
 }
 
+const DeviceGroup& SpmdRunner::all_devices() {
+  if (all_devices_.devices.empty()) {
+    for (int64_t d = 0; d < num_devices_; ++d) all_devices_.devices.push_back(d);
+  }
+  return all_devices_;
+}
+
 void SpmdRunner::check_processes_agree(const std::string& program_text) {
   uint64_t hash = 1469598103934665603ull;  // FNV-1a
   for (char c : program_text) hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-  DeviceGroup everyone;
-  for (int64_t d = 0; d < num_devices_; ++d) everyone.devices.push_back(d);
   std::vector<uint64_t> hashes(static_cast<std::size_t>(num_devices_));
-  process_->comm->all_gather(everyone, std::as_bytes(std::span(&hash, 1)), std::as_writable_bytes(std::span(hashes)));
+  process_->comm->all_gather(all_devices(), std::as_bytes(std::span(&hash, 1)), std::as_writable_bytes(std::span(hashes)));
   for (std::size_t rank = 1; rank < hashes.size(); ++rank) {
     if (hashes[rank] != hashes[0]) {
       throw Error(fmt::format(
@@ -81,9 +86,7 @@ void SpmdRunner::fetch_shards(std::vector<DenseTensor>& shards, const ShardLayou
   Shape all_shape = shard_shape;
   all_shape.insert(all_shape.begin(), num_devices_);
   DenseTensor all = DenseTensor::empty(dtype, all_shape);
-  DeviceGroup everyone;
-  for (int64_t d = 0; d < num_devices_; ++d) everyone.devices.push_back(d);
-  process_->comm->all_gather(everyone, mine.bytes(), {all.data(), all.nbytes()});
+  process_->comm->all_gather(all_devices(), mine.bytes(), {all.data(), all.nbytes()});
   for (std::size_t i = 0; i < shards.size(); ++i) {
     if (shards[i].defined()) continue;
     const auto device = static_cast<std::size_t>(layout.shards[i].device);

@@ -33,10 +33,14 @@ class SpmdRunner : public GraphRunner {
   // Multi-process: every process must have traced the same program; checks
   // that once per prepared graph (a hash of the graph and its shardings).
   void check_processes_agree(const std::string& program_text);
+  // The group of every device, made once (check_processes_agree and
+  // fetch_shards gather over it).
+  const DeviceGroup& all_devices();
 
   int64_t num_devices_;
   std::function<void(const DeviceProgram&)> run_on_devices_;
   std::optional<ProcessView> process_;
+  DeviceGroup all_devices_;
 };
 
 }  // namespace shardflow
