@@ -3,6 +3,9 @@
 // Matmul: aten::matmul through ops::call (binding, inference, kernel) vs a
 //   direct cblas_sgemm on the same sizes; counter `vs_cblas` = cblas time /
 //   op time (target >= 0.95).
+// DecodeLinear: aten::linear of one row (a decode step) against weights of
+//   37-98 MB, the size of LLaMA output heads, vs cblas_sgemv on the same operands;
+//   `vs_cblas` as above, `GB_s` the weight bytes streamed per second.
 // Add, Silu on 16M f32: counter `vs_memcpy` = bandwidth of the op (bytes
 //   read + written) / bandwidth of memcpy of the same bytes (target >= 0.6).
 #include <benchmark/benchmark.h>
@@ -53,6 +56,31 @@ void Matmul(benchmark::State& state) {
 }
 BENCHMARK(Matmul)->Args({256, 256, 256})->Args({1024, 1024, 1024})->Args({2048, 8192, 2048})
     ->Unit(benchmark::kMillisecond);
+
+void DecodeLinear(benchmark::State& state) {
+  const int64_t n = state.range(0), k = state.range(1);
+  const sf::Tensor x = sf::randn({1, k}, 1);
+  const sf::Tensor w = sf::randn({n, k}, 2);
+  const float* px = x.value().data_as<float>();
+  const float* pw = w.value().data_as<float>();
+  std::vector<float> y(static_cast<std::size_t>(n));
+  const double blas = seconds_per_call([&] {
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(n), static_cast<int>(k), 1.0f, pw,
+                static_cast<int>(k), px, 1, 0.0f, y.data(), 1);
+    benchmark::DoNotOptimize(y.data());
+  }, 10);
+  double total = 0;
+  for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
+    sf::Tensor out = sf::linear(x, w);
+    benchmark::DoNotOptimize(out);
+    total += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  const double op = total / static_cast<double>(state.iterations());
+  state.counters["GB_s"] = static_cast<double>(n * k * 4) / op / 1e9;
+  state.counters["vs_cblas"] = blas / op;
+}
+BENCHMARK(DecodeLinear)->Args({32000, 288})->Args({32000, 768})->Args({8192, 2048})->Unit(benchmark::kMillisecond);
 
 constexpr int64_t kElements = int64_t{16} << 20;
 

@@ -6,7 +6,6 @@
 // first error.
 #include "shardflow/runtime/runtime.h"
 
-#include <cblas.h>
 #include <fmt/format.h>
 
 #include <atomic>
@@ -77,8 +76,8 @@ LocalRuntime::LocalRuntime(int64_t num_devices)
   if (num_devices > 1) {
     // The device threads are the parallelism: OpenBLAS runs in each of them
     // single-threaded instead of starting its own pool on the same cores.
-    previous_blas_threads_ = openblas_get_num_threads();
-    set_blas_threads(1);
+    previous_blas_threads_ = kernel_threads();
+    set_kernel_threads(1);
   }
   set_global_device_count(num_devices);
   runner_ = std::make_unique<SpmdRunner>(num_devices, [this](const DeviceProgram& fn) { run(fn); });
@@ -112,7 +111,7 @@ void LocalRuntime::shut_down() {
   threads_.clear();
   if (runner_) set_graph_runner(previous_runner_);
   set_global_device_count(previous_device_count_);
-  if (previous_blas_threads_) set_blas_threads(*previous_blas_threads_);
+  if (previous_blas_threads_) set_kernel_threads(*previous_blas_threads_);
 }
 
 void LocalRuntime::device_loop(int64_t device) {

@@ -6,7 +6,6 @@
 // waited too long inside one collective; it does not call MPI (so MPI needs
 // no thread support beyond SERIALIZED) but prints and _Exits, which makes
 // mpirun end the other ranks.
-#include <cblas.h>
 #include <fmt/format.h>
 #include <mpi.h>
 
@@ -112,8 +111,8 @@ MpiRuntime::MpiRuntime(const MpiOptions& options) {
   }
   // (Never more than it had: OPENBLAS_NUM_THREADS=1 stays 1.)
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  previous_blas_threads_ = openblas_get_num_threads();
-  set_blas_threads(std::clamp(cores / std::max(1, host_ranks), 1, std::max(1, *previous_blas_threads_)));
+  previous_blas_threads_ = kernel_threads();
+  set_kernel_threads(std::clamp(cores / std::max(1, host_ranks), 1, std::max(1, *previous_blas_threads_)));
 
   previous_device_count_ = global_device_count();
   set_global_device_count(size_);
@@ -142,7 +141,7 @@ void MpiRuntime::shut_down() {
     set_global_device_count(previous_device_count_);
   }
   runner_.reset();
-  if (previous_blas_threads_) set_blas_threads(*previous_blas_threads_);
+  if (previous_blas_threads_) set_kernel_threads(*previous_blas_threads_);
   comm_.reset();  // frees the group communicators before MPI_Finalize
   if (initialised_mpi_) MPI_Finalize();
 }

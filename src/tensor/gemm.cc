@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "gemv.h"
+
 namespace shardflow {
 
 void gemm_f32(const GemmShape& s, const float* a, const float* b, float* c, bool accumulate) {
@@ -18,14 +20,10 @@ void gemm_f32(const GemmShape& s, const float* a, const float* b, float* c, bool
     // A row or two (decode steps): sgemm would first pack all of B, a full
     // extra pass over the weights; matrix-vector products stream B once.
     for (int64_t i = 0; i < s.m; ++i) {
-      const float* x = a + i * s.k;
-      float* y = c + i * s.n;
-      if (s.transpose_b) {  // B stored n x k: y = B x
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(s.n), static_cast<int>(s.k), 1.0f, b,
-                    static_cast<int>(s.k), x, 1, accumulate ? 1.0f : 0.0f, y, 1);
-      } else {  // B stored k x n: y = B^T x
-        cblas_sgemv(CblasRowMajor, CblasTrans, static_cast<int>(s.k), static_cast<int>(s.n), 1.0f, b,
-                    static_cast<int>(s.n), x, 1, accumulate ? 1.0f : 0.0f, y, 1);
+      if (s.transpose_b) {
+        detail::gemv_f32(s.n, s.k, b, a + i * s.k, c + i * s.n, accumulate);
+      } else {
+        detail::gemv_transposed_f32(s.n, s.k, b, a + i * s.k, c + i * s.n, accumulate);
       }
     }
     return;
@@ -38,6 +36,8 @@ void gemm_f32(const GemmShape& s, const float* a, const float* b, float* c, bool
               accumulate ? 1.0f : 0.0f, c, static_cast<int>(s.n));
 }
 
-void set_blas_threads(int threads) { openblas_set_num_threads(std::max(threads, 1)); }
+void set_kernel_threads(int threads) { openblas_set_num_threads(std::max(threads, 1)); }
+
+int kernel_threads() { return std::max(openblas_get_num_threads(), 1); }
 
 }  // namespace shardflow

@@ -20,10 +20,11 @@
 // device count that Mesh validates against (set_global_device_count). Runtimes
 // that exist at the same time must be destroyed in reverse order of creation.
 //
-// OpenBLAS: a runtime with more than one device sets OpenBLAS to one thread
-// (restored on destruction). The device threads are the parallelism; an
-// OpenBLAS pool competing with them for the cores makes GEMM timings bimodal
-// (see background/dependencies.md §2). openblas_set_num_threads(1) alone still
+// Kernel threads: a runtime with more than one device sets kernel_threads()
+// (OpenBLAS and our matrix-vector kernels, tensor/gemm.h) to one, restored
+// on destruction. The device threads are the parallelism; a kernel pool
+// competing with them for the cores makes GEMM timings bimodal (see
+// background/dependencies.md §2). openblas_set_num_threads(1) alone still
 // leaves OpenBLAS's idle pool threads around; for stable timings also export
 // OPENBLAS_NUM_THREADS=1 before the program starts.
 #pragma once

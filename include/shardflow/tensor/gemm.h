@@ -1,5 +1,7 @@
-// Single-precision GEMM through OpenBLAS: C = A · B (row-major, with optional
-// transposes). Keeping the BLAS header out of this file keeps it cheap to
+// Single-precision GEMM: C = A · B (row-major, with optional transposes).
+// OpenBLAS multiplies matrices; one or two rows of A (decode steps) go to our
+// own matrix-vector kernels, which stream B once at close to memory
+// bandwidth. Keeping the BLAS header out of this file keeps it cheap to
 // include.
 #pragma once
 
@@ -18,7 +20,14 @@ struct GemmShape {
 void gemm_f32(const GemmShape& shape, const float* a, const float* b, float* c,
               bool accumulate = false);
 
-// Runs OpenBLAS single-threaded in this thread (one thread per device).
-void set_blas_threads(int threads);
+// The threads one kernel call may use: OpenBLAS's thread count, which our
+// matrix-vector kernels follow too. It starts at OPENBLAS_NUM_THREADS, else
+// the number of cores. Process-wide; a multi-device runtime sets it to 1
+// while it exists (its device threads are the parallelism).
+void set_kernel_threads(int threads);
+int kernel_threads();
+
+// How many kernel calls so far were split over more than one thread.
+int64_t parallel_kernel_calls();
 
 }  // namespace shardflow

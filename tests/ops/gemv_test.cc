@@ -1,0 +1,144 @@
+// The decode-step GEMM path (one or two rows of A): our matrix-vector kernels
+// against a double-precision reference, and the same bits for any number of
+// kernel threads.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "shardflow/tensor/gemm.h"
+
+namespace sf = shardflow;
+
+namespace {
+
+class KernelThreads {
+ public:
+  explicit KernelThreads(int threads) : previous_(sf::kernel_threads()) { sf::set_kernel_threads(threads); }
+  ~KernelThreads() { sf::set_kernel_threads(previous_); }
+  KernelThreads(const KernelThreads&) = delete;
+  KernelThreads& operator=(const KernelThreads&) = delete;
+
+ private:
+  int previous_;
+};
+
+std::vector<float> random_floats(int64_t count, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> values(static_cast<std::size_t>(count));
+  for (float& v : values) v = dist(rng);
+  return values;
+}
+
+struct Case {
+  int64_t m, n, k;
+  bool transpose_b, accumulate;
+};
+
+std::string name(const Case& c) {
+  return "m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k) +
+         (c.transpose_b ? " B n x k" : " B k x n") + (c.accumulate ? " accumulate" : "");
+}
+
+std::vector<float> run(const Case& c, const std::vector<float>& a, const std::vector<float>& b,
+                       const std::vector<float>& c_in) {
+  std::vector<float> out = c_in;
+  sf::gemm_f32({c.m, c.n, c.k, false, c.transpose_b}, a.data(), b.data(), out.data(), c.accumulate);
+  return out;
+}
+
+void expect_matches_reference(const Case& c) {
+  const auto a = random_floats(c.m * c.k, 1);
+  const auto b = random_floats(c.n * c.k, 2);
+  const auto c_in = random_floats(c.m * c.n, 3);
+  const std::vector<float> out = run(c, a, b, c_in);
+  for (int64_t i = 0; i < c.m; ++i) {
+    for (int64_t j = 0; j < c.n; ++j) {
+      double sum = 0, magnitude = 0;
+      for (int64_t t = 0; t < c.k; ++t) {
+        const double bv = c.transpose_b ? b[static_cast<std::size_t>(j * c.k + t)] : b[static_cast<std::size_t>(t * c.n + j)];
+        sum += a[static_cast<std::size_t>(i * c.k + t)] * bv;
+        magnitude += std::abs(a[static_cast<std::size_t>(i * c.k + t)] * bv);
+      }
+      const std::size_t at = static_cast<std::size_t>(i * c.n + j);
+      if (c.accumulate) sum += c_in[at];
+      const double tolerance = 1e-6 * (magnitude + 1) * std::sqrt(static_cast<double>(c.k) + 1);
+      ASSERT_NEAR(out[at], sum, tolerance) << name(c) << " at (" << i << ", " << j << ")";
+    }
+  }
+}
+
+const std::vector<Case> kShapes = {
+    {1, 1, 1, true, false},     {1, 3, 5, true, false},     {2, 5, 17, true, true},   {1, 4, 16, false, false},
+    {1, 37, 100, false, true},  {2, 300, 288, true, false}, {1, 1000, 33, false, false},
+    {1, 4099, 64, true, true},  {2, 257, 129, false, true}, {1, 768, 288, true, false},
+    {1, 0, 7, true, false},     {1, 5, 0, false, false},    {1, 6, 0, true, true},
+};
+
+TEST(Gemv, MatchesADoublePrecisionReferenceOnOneThread) {
+  const KernelThreads one(1);
+  for (const Case& c : kShapes) expect_matches_reference(c);
+}
+
+TEST(Gemv, MatchesADoublePrecisionReferenceOnThreeThreads) {
+  const KernelThreads three(3);
+  for (const Case& c : kShapes) expect_matches_reference(c);
+}
+
+// Each output element is summed in one order whatever the split, so a
+// decode step gives the same bits on any core count.
+TEST(Gemv, GivesTheSameBitsForAnyThreadCount) {
+  for (const Case& c : {Case{1, 2053, 300, true, false}, Case{2, 4096, 96, true, true},
+                        Case{1, 3001, 160, false, false}, Case{2, 1500, 400, false, true}}) {
+    const auto a = random_floats(c.m * c.k, 4);
+    const auto b = random_floats(c.n * c.k, 5);
+    const auto c_in = random_floats(c.m * c.n, 6);
+    std::vector<float> single;
+    {
+      const KernelThreads one(1);
+      single = run(c, a, b, c_in);
+    }
+    for (int threads : {2, 3, 5}) {
+      const KernelThreads many(threads);
+      const int64_t split_before = sf::parallel_kernel_calls();
+      EXPECT_EQ(run(c, a, b, c_in), single) << name(c) << " on " << threads << " threads";
+      EXPECT_GT(sf::parallel_kernel_calls(), split_before) << name(c) << ": the call was not split";
+    }
+  }
+}
+
+TEST(Gemv, SmallProductsStayOnTheCallingThread) {
+  const KernelThreads two(2);
+  const int64_t split_before = sf::parallel_kernel_calls();
+  expect_matches_reference({1, 64, 64, true, false});
+  EXPECT_EQ(sf::parallel_kernel_calls(), split_before);
+}
+
+// Threads that multiply at the same time share one pool: whoever finds it
+// busy computes on its own thread, and every result is right.
+TEST(Gemv, ConcurrentCallersGetTheirOwnResults) {
+  const KernelThreads two(2);
+  const Case c{1, 1024, 256, true, false};
+  const auto b = random_floats(c.n * c.k, 7);
+  std::vector<std::vector<float>> inputs, expected;
+  for (uint32_t t = 0; t < 4; ++t) {
+    inputs.push_back(random_floats(c.k, 10 + t));
+    expected.push_back(run(c, inputs.back(), b, std::vector<float>(static_cast<std::size_t>(c.n))));
+  }
+  std::vector<int> mismatches(4, 0);
+  std::vector<std::thread> callers;
+  for (std::size_t t = 0; t < 4; ++t) {
+    callers.emplace_back([&, t] {
+      for (int round = 0; round < 200; ++round) {
+        if (run(c, inputs[t], b, std::vector<float>(static_cast<std::size_t>(c.n))) != expected[t]) ++mismatches[t];
+      }
+    });
+  }
+  for (std::thread& caller : callers) caller.join();
+  EXPECT_EQ(mismatches, std::vector<int>(4, 0));
+}
+
+}  // namespace
