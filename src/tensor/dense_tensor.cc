@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -13,6 +14,58 @@
 namespace shardflow {
 
 namespace {
+
+// Small buffers (below 64 KiB) are kept per thread by size, without a lock.
+// A decode step allocates the same few hundred small tensors every token, and
+// aligned_alloc misses malloc's own thread cache, so this saves most of the
+// allocator's time there. A buffer freed on another thread joins that
+// thread's cache.
+class SmallBufferCache {
+ public:
+  static constexpr std::size_t kGranule = 64;  // the buffer alignment; sizes are multiples
+  static constexpr std::size_t kClasses = (std::size_t{64} << 10) / kGranule;
+  static constexpr std::size_t kMaxPerClass = 32;
+  static constexpr std::size_t kMaxCached = std::size_t{4} << 20;  // bytes per thread
+
+  SmallBufferCache() = default;
+  SmallBufferCache(const SmallBufferCache&) = delete;
+  SmallBufferCache& operator=(const SmallBufferCache&) = delete;
+  ~SmallBufferCache();
+
+  void* take(std::size_t bytes) {
+    std::vector<void*>& free = free_[bytes / kGranule];
+    if (free.empty()) return nullptr;
+    void* memory = free.back();
+    free.pop_back();
+    cached_ -= bytes;
+    return memory;
+  }
+
+  bool keep(void* memory, std::size_t bytes) {
+    std::vector<void*>& free = free_[bytes / kGranule];
+    if (free.size() >= kMaxPerClass || cached_ + bytes > kMaxCached) return false;
+    free.push_back(memory);
+    cached_ += bytes;
+    return true;
+  }
+
+ private:
+  std::array<std::vector<void*>, kClasses> free_;
+  std::size_t cached_ = 0;
+};
+
+thread_local SmallBufferCache small_buffers;
+// Trivially destructible, so still readable while the thread's other
+// thread_local objects are destroyed: buffers freed after the cache is gone
+// go straight back to malloc.
+thread_local bool small_buffers_alive = true;
+
+SmallBufferCache::~SmallBufferCache() {
+  small_buffers_alive = false;
+  for (std::vector<void*>& free : free_) {
+    for (void* memory : free) std::free(memory);
+  }
+}
 
 // Large tensor buffers are kept for reuse when freed. Freshly mapped memory
 // costs a page fault per 4 KiB on first touch, which for the large
@@ -30,7 +83,9 @@ class BufferPool {
   }
 
   void* take(std::size_t bytes) {
-    if (bytes >= kPooledMin) {
+    if (bytes < kPooledMin) {
+      if (void* memory = small_buffers_alive ? small_buffers.take(bytes) : nullptr) return memory;
+    } else {
       std::lock_guard lock(mutex_);
       auto found = free_.find(bytes);
       if (found != free_.end() && !found->second.empty()) {
@@ -46,7 +101,9 @@ class BufferPool {
   }
 
   void give(void* memory, std::size_t bytes) {
-    if (bytes >= kPooledMin) {
+    if (bytes < kPooledMin) {
+      if (small_buffers_alive && small_buffers.keep(memory, bytes)) return;
+    } else {
       std::lock_guard lock(mutex_);
       if (cached_ + bytes <= kMaxCached) {
         free_[bytes].push_back(memory);
