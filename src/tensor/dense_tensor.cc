@@ -74,8 +74,14 @@ SmallBufferCache::~SmallBufferCache() {
 class BufferPool {
  public:
   static constexpr std::size_t kAlignment = 64;
-  static constexpr std::size_t kPooledMin = std::size_t{64} << 10;  // smaller: plain malloc
+  static constexpr std::size_t kPooledMin = std::size_t{64} << 10;  // smaller: SmallBufferCache
   static constexpr std::size_t kMaxCached = std::size_t{1} << 30;  // bytes kept at most
+#if defined(__SANITIZE_ADDRESS__)
+  // AddressSanitizer finds a use after free only if the buffer is freed.
+  static constexpr bool kRecycle = false;
+#else
+  static constexpr bool kRecycle = true;
+#endif
 
   static BufferPool& instance() {
     static BufferPool* pool = new BufferPool();  // never destroyed: buffers may outlive main
@@ -83,38 +89,37 @@ class BufferPool {
   }
 
   void* take(std::size_t bytes) {
-    if (bytes < kPooledMin) {
-      if (void* memory = small_buffers_alive ? small_buffers.take(bytes) : nullptr) return memory;
-    } else {
-      std::lock_guard lock(mutex_);
-      auto found = free_.find(bytes);
-      if (found != free_.end() && !found->second.empty()) {
-        void* memory = found->second.back();
-        found->second.pop_back();
-        cached_ -= bytes;
-        return memory;
-      }
-    }
+    if (void* memory = kRecycle ? take_cached(bytes) : nullptr) return memory;
     void* memory = std::aligned_alloc(kAlignment, bytes);
     if (memory == nullptr) throw Error(fmt::format("out of memory allocating {} bytes", bytes));
     return memory;
   }
 
   void give(void* memory, std::size_t bytes) {
-    if (bytes < kPooledMin) {
-      if (small_buffers_alive && small_buffers.keep(memory, bytes)) return;
-    } else {
-      std::lock_guard lock(mutex_);
-      if (cached_ + bytes <= kMaxCached) {
-        free_[bytes].push_back(memory);
-        cached_ += bytes;
-        return;
-      }
-    }
-    std::free(memory);
+    if (!kRecycle || !keep_cached(memory, bytes)) std::free(memory);
   }
 
  private:
+  void* take_cached(std::size_t bytes) {
+    if (bytes < kPooledMin) return small_buffers_alive ? small_buffers.take(bytes) : nullptr;
+    std::lock_guard lock(mutex_);
+    auto found = free_.find(bytes);
+    if (found == free_.end() || found->second.empty()) return nullptr;
+    void* memory = found->second.back();
+    found->second.pop_back();
+    cached_ -= bytes;
+    return memory;
+  }
+
+  bool keep_cached(void* memory, std::size_t bytes) {
+    if (bytes < kPooledMin) return small_buffers_alive && small_buffers.keep(memory, bytes);
+    std::lock_guard lock(mutex_);
+    if (cached_ + bytes > kMaxCached) return false;
+    free_[bytes].push_back(memory);
+    cached_ += bytes;
+    return true;
+  }
+
   std::mutex mutex_;
   std::unordered_map<std::size_t, std::vector<void*>> free_;
   std::size_t cached_ = 0;
