@@ -9,6 +9,7 @@
 #include <map>
 
 #include "shardflow/base/error.h"
+#include "shardflow/tensor/device_memory.h"
 
 namespace shardflow {
 
@@ -80,12 +81,26 @@ class DeviceRun {
   std::vector<DenseTensor>& slots() { return slots_; }
 
   void execute() {
-    for (const Instruction& instruction : program_.instructions) {
+    // A value is dropped after its last reader, so a device holds only the
+    // activations still ahead of it (what device_memory() reports).
+    std::vector<int64_t> last_reader(slots_.size(), -1);
+    const auto& instructions = program_.instructions;
+    for (std::size_t i = 0; i < instructions.size(); ++i) {
+      for (int slot : instructions[i].inputs) last_reader[static_cast<std::size_t>(slot)] = static_cast<int64_t>(i);
+    }
+    for (int slot : program_.output_slots) last_reader[static_cast<std::size_t>(slot)] = -1;
+    for (std::size_t i = 0; i < instructions.size(); ++i) {
+      const Instruction& instruction = instructions[i];
       switch (instruction.kind) {
         case InstructionKind::kCompute: compute(instruction); break;
         case InstructionKind::kCollective: collective(instruction); break;
         case InstructionKind::kLocalSlice: local_slice(instruction); break;
         case InstructionKind::kMaskPadding: mask(instruction); break;
+      }
+      for (int slot : instruction.inputs) {
+        if (last_reader[static_cast<std::size_t>(slot)] == static_cast<int64_t>(i)) {
+          slots_[static_cast<std::size_t>(slot)] = DenseTensor();
+        }
       }
     }
   }
@@ -357,6 +372,7 @@ std::vector<Tensor> run_program(const PartitionedProgram& program, int64_t num_d
   std::vector<char> ran(static_cast<std::size_t>(mesh.size()), 0);
   const DeviceProgram device_program = [&](int64_t device, Communicator& comm) {
     if (device >= mesh.size()) return;
+    const DeviceMemoryScope memory_scope(device);
     DeviceRun run(program, device, comm);
     for (std::size_t i = 0; i < inputs.size(); ++i) {
       const TensorType& type = program.slots[static_cast<std::size_t>(program.input_slots[i])];

@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "device_memory_counter.h"
 #include "shardflow/base/error.h"
 
 namespace shardflow {
@@ -129,8 +130,11 @@ std::shared_ptr<std::byte> allocate(std::size_t bytes) {
   constexpr std::size_t kAlignment = BufferPool::kAlignment;
   const std::size_t rounded = std::max<std::size_t>((bytes + kAlignment - 1) / kAlignment, 1) * kAlignment;
   void* memory = BufferPool::instance().take(rounded);
-  return std::shared_ptr<std::byte>(static_cast<std::byte*>(memory), [rounded](std::byte* p) {
+  detail::DeviceMemoryCounter* counter = detail::current_device_memory_counter();
+  if (counter != nullptr) detail::count_allocation(*counter, static_cast<int64_t>(rounded));
+  return std::shared_ptr<std::byte>(static_cast<std::byte*>(memory), [rounded, counter](std::byte* p) {
     BufferPool::instance().give(p, rounded);
+    if (counter != nullptr) detail::count_free(*counter, static_cast<int64_t>(rounded));
   });
 }
 

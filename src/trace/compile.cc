@@ -9,6 +9,7 @@
 #include "shardflow/base/error.h"
 #include "shardflow/ir/text.h"
 #include "shardflow/ops/ops.h"
+#include "shardflow/tensor/device_memory.h"
 #include "shardflow/trace/interpreter.h"
 #include "tensor_impl.h"
 #include "trace_context.h"
@@ -226,6 +227,7 @@ std::vector<Tensor> CompiledFunction::call(const std::vector<Tensor>& inputs) {
   }
   std::vector<Tensor> outputs;
   if (!entry->interpreter) entry->interpreter = std::make_unique<GraphInterpreter>(entry->record.graph);
+  const DeviceMemoryScope memory_scope(0);  // the one device
   for (DenseTensor& value : entry->interpreter->run(std::move(values))) outputs.emplace_back(std::move(value));
   return outputs;
 }
