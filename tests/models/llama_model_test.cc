@@ -43,6 +43,27 @@ TEST(LlamaModel, UntiedHeadMatchesReference) {
   expect_matches_reference(model);
 }
 
+// A tied head costs no memory of its own where it is laid out like the
+// embedding; where the plan splits it differently it gets its own layout.
+TEST(LlamaModel, TiedHeadSharesTheEmbeddingBufferWhenLaidOutAlike) {
+  const Weights one_device = random_weights(Config::named("tiny"), 7);
+  EXPECT_EQ(one_device.output.impl(), one_device.tok_embeddings.impl());
+
+  Runtime runtime = Runtime::local(4);
+  auto mesh = std::make_shared<const Mesh>(std::vector<int64_t>{0, 1, 2, 3}, std::vector<int64_t>{1, 1, 4},
+                                           std::vector<std::string>{"data", "fsdp", "model"});
+  ShardingPlan plan = ShardingPlan::megatron(mesh);
+  const Weights split = random_weights(Config::named("tiny"), 7, &plan);
+  ASSERT_NE(plan.param("output"), plan.param("tok_embeddings"));
+  EXPECT_NE(split.output.impl(), split.tok_embeddings.impl());
+  EXPECT_EQ(split.output.sharding()->to_readable(), Sharding::from_spec(mesh, plan.param("output")).to_readable());
+  EXPECT_EQ(split.output.to_floats(), split.tok_embeddings.to_floats());
+
+  plan.params["output"] = plan.param("tok_embeddings");
+  const Weights alike = random_weights(Config::named("tiny"), 7, &plan);
+  EXPECT_EQ(alike.output.impl(), alike.tok_embeddings.impl());
+}
+
 class LlamaOnMesh : public ::testing::TestWithParam<std::vector<int64_t>> {};
 
 TEST_P(LlamaOnMesh, MatchesReference) {

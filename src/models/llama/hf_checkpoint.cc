@@ -338,8 +338,10 @@ Weights load_hf(const std::filesystem::path& dir, const ShardingPlan* plan) {
   w.layers.resize(static_cast<std::size_t>(c.n_layers));
   for_each_tensor(w, [&](const std::string& name, const char* role, const Shape& shape, int64_t rotary_heads,
                          Tensor& slot) { slot = checkpoint.load(name, shape, role, rotary_heads, plan); });
-  // A tied head is read again with the head's own layout.
-  if (c.shared_classifier) {
+  // A tied head is the embedding, or read again where its layout differs.
+  if (c.shared_classifier && tied_head_shares_embedding(plan)) {
+    w.output = w.tok_embeddings;
+  } else if (c.shared_classifier) {
     w.output = checkpoint.load("model.embed_tokens.weight", {c.vocab_size, c.dim}, "output", 0, plan);
   }
   return w;

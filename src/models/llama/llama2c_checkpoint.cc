@@ -173,8 +173,12 @@ Weights load_llama2c(const std::filesystem::path& path, const ShardingPlan* plan
     w.layers.push_back(std::move(layer));
   }
   w.norm = load("final_norm", 0, "norm");
-  // A tied head is read again with the head's own layout.
-  w.output = load(config.shared_classifier ? "token_embedding" : "classifier", 0, "output");
+  // A tied head is the embedding, or read again where its layout differs.
+  if (config.shared_classifier && tied_head_shares_embedding(plan)) {
+    w.output = w.tok_embeddings;
+  } else {
+    w.output = load(config.shared_classifier ? "token_embedding" : "classifier", 0, "output");
+  }
   return w;
 }
 

@@ -79,4 +79,8 @@ Tensor place_tensor(const Shape& shape, const ElementSource& source, const Shard
   return Tensor::from_shards(DType::kF32, shape, sharding, std::move(shards));
 }
 
+bool tied_head_shares_embedding(const ShardingPlan* plan) {
+  return plan == nullptr || !plan->mesh || plan->param("output") == plan->param("tok_embeddings");
+}
+
 }  // namespace shardflow::llama

@@ -19,4 +19,8 @@ using ElementSource = std::function<void(int64_t offset, int64_t count, float* d
 Tensor place_tensor(const Shape& shape, const ElementSource& source, const ShardingPlan* plan,
                     const std::string& role);
 
+// A head tied to the embedding can be the embedding tensor itself, one buffer
+// for both, when the plan lays them out alike (always without a plan).
+bool tied_head_shares_embedding(const ShardingPlan* plan);
+
 }  // namespace shardflow::llama

@@ -44,11 +44,15 @@ Weights random_weights(const Config& config, int64_t seed, const ShardingPlan* p
   w.tok_embeddings = place_tensor({config.vocab_size, dim}, uniform(seed, 0, 0, embedding_width), plan,
                                   "tok_embeddings");
   w.norm = place_tensor({dim}, uniform(seed, 1, 1, 0.2), plan, "norm");
-  // A tied head has the embedding's values but its own layout (the plan
-  // splits the vocabulary over 'model' for the head only).
-  w.output = config.shared_classifier
-                 ? place_tensor({config.vocab_size, dim}, uniform(seed, 0, 0, embedding_width), plan, "output")
-                 : place_tensor({config.vocab_size, dim}, uniform(seed, 2, 0, linear_width(dim)), plan, "output");
+  // A tied head has the embedding's values; its own copy only where the plan
+  // gives it another layout (the vocabulary split over 'model').
+  if (config.shared_classifier && tied_head_shares_embedding(plan)) {
+    w.output = w.tok_embeddings;
+  } else {
+    w.output = config.shared_classifier
+                   ? place_tensor({config.vocab_size, dim}, uniform(seed, 0, 0, embedding_width), plan, "output")
+                   : place_tensor({config.vocab_size, dim}, uniform(seed, 2, 0, linear_width(dim)), plan, "output");
+  }
   for (int64_t l = 0; l < config.n_layers; ++l) {
     const int64_t id = 16 * (l + 1);
     LayerWeights layer;
