@@ -213,6 +213,30 @@ class Partitioner {
     return false;
   }
 
+  // Whether following the result's layout for factor f would re-slice an
+  // operand that the op only picks from (it has a need-replication factor:
+  // embedding's table, index_select's source) and that is larger than the
+  // result. The slice would copy 1/n of the operand on every run while the
+  // op reads a few rows of it; computing on the operand's layout and slicing
+  // the small result instead costs next to nothing.
+  static bool slices_a_picked_from_operand(const OpShardingRule& rule,
+                                           const std::vector<std::vector<std::vector<int>>>& offered,
+                                           const std::vector<Value*>& operands, std::size_t f,
+                                           const std::vector<int>& wanted, const Value* result) {
+    const auto bytes = [](const TensorType& type) { return numel(type.shape) * static_cast<int64_t>(element_size(type.dtype)); };
+    for (std::size_t o = 0; o < operands.size(); ++o) {
+      bool has_f = false, picked_from = false;
+      for (const std::vector<int>& factors : rule.operands[o]) {
+        for (int g : factors) {
+          has_f = has_f || g == static_cast<int>(f);
+          picked_from = picked_from || rule.factors[static_cast<std::size_t>(g)].kind == FactorKind::kNeedReplication;
+        }
+      }
+      if (has_f && picked_from && offered[o][f] != wanted && bytes(operands[o]->type()) > bytes(result->type())) return true;
+    }
+    return false;
+  }
+
   void lower_op(const Node& node) {
     const OpDef& op = node.op();
     const std::vector<Value*> operands = node.inputs();
@@ -297,7 +321,9 @@ class Partitioner {
         std::vector<std::vector<int>> projected(rule.factors.size());
         for (std::size_t d = 0; d < dims.size(); ++d) project_dim(mesh_, rule, rule.results[r][d], dims[d], projected);
         for (std::size_t f = 0; f < projected.size(); ++f) {
-          if (in_operands[f] || !op.output_shape_arg.empty()) take(f, projected[f]);
+          if (!in_operands[f] && op.output_shape_arg.empty()) continue;
+          if (slices_a_picked_from_operand(rule, offered, operands, f, projected[f], node.outputs()[r])) continue;
+          take(f, projected[f]);
         }
       }
       for (std::size_t o = 0; o < operands.size(); ++o) {

@@ -205,3 +205,29 @@ TEST(Patterns, UnevenReshardsAreReported) {
 }
 
 }  // namespace
+
+namespace {
+
+// A lookup in a replicated table whose result is wanted split on the hidden
+// dim looks up whole rows and slices the small result: slicing the table
+// instead would copy an eighth of it on every run.
+TEST(Patterns, LookupInAReplicatedTableSlicesTheResultNotTheTable) {
+  const std::string mesh = R"M([0, 1, 2, 3, 4, 5, 6, 7], "(8,)", "('model',)")M";
+  const std::string text = "func @f(%table: f32[1000,64], %tokens: i64[4,8]) -> (f32[4,8,64]) {\n"
+                           "  %t = " + annotate("table", "(None, None)", "f32[1000,64]", mesh) + "\n"
+                           "  %e = aten::embedding(%t, %tokens) : f32[4,8,64]\n"
+                           "  %a = " + annotate("e", "(None, None, 'model')", "f32[4,8,64]", mesh) + "\n"
+                           "  return %a\n}\n";
+  const Partitioned p = partition(text);
+  EXPECT_EQ(summary(p), std::vector<std::string>{}) << p.program.to_string(p.graph);
+  int slices = 0;
+  for (const sf::Instruction& instruction : p.program.instructions) {
+    if (instruction.kind != sf::InstructionKind::kLocalSlice) continue;
+    ++slices;
+    const sf::TensorType& sliced = p.program.slots[static_cast<std::size_t>(instruction.inputs[0])];
+    EXPECT_EQ(sliced.shape, (sf::Shape{4, 8, 64})) << p.program.to_string(p.graph);
+  }
+  EXPECT_EQ(slices, 1) << p.program.to_string(p.graph);
+}
+
+}  // namespace
