@@ -8,21 +8,30 @@
 //   decode_vs_1, prefill_vs_1     ratio to one device at the same batch
 //   bw_fraction                   (1 device, batch 1) decode tokens/s divided
 //                                 by the bound: read bandwidth of this machine
-//                                 (streaming read of 1 GiB, measured here) /
-//                                 weight bytes a decode step reads
+//                                 (streaming read of 1 GiB, the better of one
+//                                 thread and kernel_threads threads, measured
+//                                 here) / weight bytes a decode step reads
 //   collectives, vs_megatron      collectives per decode step; ratio to the
 //                                 Megatron minimum (2 all-reduces per layer)
 //   resident_MiB, resident_vs_1   weights + KV cache held per device (the
 //                                 largest device) and its ratio to one device
+//   peak_MiB, peak_vs_1           per-device peak: what the device holds plus
+//                                 the most its prefill or decode steps
+//                                 allocated on top (sf::device_memory), the
+//                                 largest device, and its ratio to one device
 #include <benchmark/benchmark.h>
 
 #include <chrono>
 #include <map>
 #include <numeric>
+#include <set>
+#include <thread>
 
 #include "shardflow/models/llama.h"
 #include "shardflow/runtime/runtime.h"
 #include "shardflow/shardflow.h"
+#include "shardflow/tensor/device_memory.h"
+#include "shardflow/tensor/gemm.h"
 
 namespace sf = shardflow;
 namespace llama = shardflow::llama;
@@ -35,24 +44,33 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// Bytes per second of one thread streaming through a buffer far larger than
-// the last-level cache (best of three passes).
-double read_bandwidth() {
-  static const double measured = [] {
-    std::vector<float> buffer((1u << 30) / sizeof(float), 1.0f);
-    double best = 0;
-    for (int pass = 0; pass < 3; ++pass) {
-      const auto start = std::chrono::steady_clock::now();
-      float acc[8] = {};
-      for (std::size_t i = 0; i < buffer.size(); i += 8) {
-        for (int k = 0; k < 8; ++k) acc[k] += buffer[i + static_cast<std::size_t>(k)];
-      }
-      benchmark::DoNotOptimize(acc);
-      best = std::max(best, static_cast<double>(buffer.size() * sizeof(float)) / seconds_since(start));
+// Bytes per second of `threads` threads streaming through disjoint parts of a
+// buffer far larger than the last-level cache (best of three passes).
+// On a shared VM a second thread may add little or even lose bandwidth.
+double read_bandwidth(int threads) {
+  static std::map<int, double> measured;
+  if (auto it = measured.find(threads); it != measured.end()) return it->second;
+  std::vector<float> buffer((1u << 30) / sizeof(float), 1.0f);
+  const std::size_t part = buffer.size() / static_cast<std::size_t>(threads) / 32 * 32;
+  auto stream = [data = buffer.data(), part](std::size_t begin) {
+    const float* p = data + begin;
+    float acc[32] = {};  // independent add chains: the loop waits on memory, not on adds
+    for (std::size_t i = 0; i < part; i += 32) {
+      for (std::size_t k = 0; k < 32; ++k) acc[k] += p[i + k];
     }
-    return best;
-  }();
-  return measured;
+    benchmark::DoNotOptimize(acc);
+  };
+  double best = 0;
+  for (int pass = 0; pass < 3; ++pass) {
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<std::thread> helpers;
+    for (int t = 1; t < threads; ++t) helpers.emplace_back(stream, part * static_cast<std::size_t>(t));
+    stream(0);
+    for (std::thread& helper : helpers) helper.join();
+    best = std::max(best, static_cast<double>(part * static_cast<std::size_t>(threads) * sizeof(float)) /
+                              seconds_since(start));
+  }
+  return measured[threads] = best;
 }
 
 // Bytes a decode step reads from the weights: everything but the embedding
@@ -67,24 +85,47 @@ double decode_weight_bytes(const llama::Weights& w) {
   return 4.0 * static_cast<double>(elements);
 }
 
-// The largest number of bytes any device holds for these tensors.
-int64_t resident_bytes(const std::vector<sf::Tensor>& tensors, int64_t devices) {
+// The bytes each device holds for these tensors; a buffer two of them share
+// (a tied output head) counts once.
+std::vector<int64_t> resident_bytes(const std::vector<sf::Tensor>& tensors, int64_t devices) {
   std::vector<int64_t> per_device(static_cast<std::size_t>(devices), 0);
+  std::set<std::pair<int64_t, const std::byte*>> seen;
+  auto hold = [&](int64_t device, const sf::DenseTensor& data) {
+    if (seen.insert({device, data.data()}).second) per_device[static_cast<std::size_t>(device)] += static_cast<int64_t>(data.nbytes());
+  };
   for (const sf::Tensor& t : tensors) {
     if (!t.sharding()) {
-      for (int64_t& bytes : per_device) bytes += static_cast<int64_t>(t.value().nbytes());
+      for (int64_t d = 0; d < devices; ++d) hold(d, t.value());
       continue;
     }
-    for (const sf::LocalShard& shard : t.local_shards()) {
-      per_device[static_cast<std::size_t>(shard.device)] += static_cast<int64_t>(shard.data.nbytes());
-    }
+    for (const sf::LocalShard& shard : t.local_shards()) hold(shard.device, shard.data);
   }
-  return *std::max_element(per_device.begin(), per_device.end());
+  return per_device;
 }
+
+// What each device allocated during some steps on top of what it held
+// before them (sf::device_memory), from construction to extra().
+class StepMemory {
+ public:
+  explicit StepMemory(int64_t devices) : before_(static_cast<std::size_t>(devices)) {
+    for (std::size_t d = 0; d < before_.size(); ++d) before_[d] = sf::device_memory(static_cast<int64_t>(d)).current_bytes;
+    sf::reset_device_memory_peaks();
+  }
+  std::vector<int64_t> extra() const {
+    std::vector<int64_t> bytes(before_.size());
+    for (std::size_t d = 0; d < before_.size(); ++d) {
+      bytes[d] = sf::device_memory(static_cast<int64_t>(d)).peak_bytes - before_[d];
+    }
+    return bytes;
+  }
+
+ private:
+  std::vector<int64_t> before_;
+};
 
 struct Result {
   double prefill_tok_s = 0, decode_tok_s = 0, weight_bytes = 0;
-  int64_t collectives = 0, resident = 0;
+  int64_t collectives = 0, resident = 0, peak = 0;
 };
 
 Result measure(const llama::Config& config, const std::vector<int64_t>& mesh_shape, int64_t batch, int64_t steps) {
@@ -110,12 +151,16 @@ Result measure(const llama::Config& config, const std::vector<int64_t>& mesh_sha
   benchmark::DoNotOptimize(model.forward(prompt_tokens, 0, cache).value());  // warm up both programs' buffers
   benchmark::DoNotOptimize(model.forward(next, kPrompt, cache).value());
   cache = model.new_cache(batch);
+  StepMemory prefill_memory(devices);
   auto start = std::chrono::steady_clock::now();
   benchmark::DoNotOptimize(model.forward(prompt_tokens, 0, cache).value());
   r.prefill_tok_s = static_cast<double>(batch * kPrompt) / seconds_since(start);
+  const std::vector<int64_t> prefill_extra = prefill_memory.extra();
+  StepMemory decode_memory(devices);
   start = std::chrono::steady_clock::now();
   for (int64_t s = 0; s < steps; ++s) benchmark::DoNotOptimize(model.forward(next, kPrompt + s, cache).value());
   r.decode_tok_s = static_cast<double>(batch * steps) / seconds_since(start);
+  const std::vector<int64_t> decode_extra = decode_memory.extra();
   r.collectives = static_cast<int64_t>(model.decode_collectives().size());
   r.weight_bytes = decode_weight_bytes(model.weights());
   std::vector<sf::Tensor> held{model.weights().tok_embeddings, model.weights().norm, model.weights().output};
@@ -124,7 +169,11 @@ Result measure(const llama::Config& config, const std::vector<int64_t>& mesh_sha
   }
   held.insert(held.end(), cache.keys.begin(), cache.keys.end());
   held.insert(held.end(), cache.values.begin(), cache.values.end());
-  r.resident = resident_bytes(held, devices);
+  const std::vector<int64_t> resident = resident_bytes(held, devices);
+  for (std::size_t d = 0; d < resident.size(); ++d) {
+    r.resident = std::max(r.resident, resident[d]);
+    r.peak = std::max(r.peak, resident[d] + std::max(prefill_extra[d], decode_extra[d]));
+  }
   return r;
 }
 
@@ -138,7 +187,10 @@ const Result& baseline(const std::string& name, int64_t batch, int64_t steps) {
 
 void Generate(benchmark::State& state, const std::string& name, std::vector<int64_t> mesh, int64_t batch) {
   const llama::Config config = llama::Config::named(name);
-  const int64_t steps = name == "stories15M" ? 32 : 12;
+  const int64_t steps = name == "stories15M" ? 64 : 24;
+  // Measured before any model runs: OpenBLAS's pool threads keep spinning
+  // for a while after a GEMM and would take a core from the measurement.
+  const double bandwidth = std::max(read_bandwidth(1), read_bandwidth(sf::kernel_threads()));
   const Result& one = baseline(name, batch, steps);
   Result r;
   for (auto _ : state) r = mesh == std::vector<int64_t>{1, 1, 1} ? one : measure(config, mesh, batch, steps);
@@ -150,9 +202,13 @@ void Generate(benchmark::State& state, const std::string& name, std::vector<int6
   state.counters["vs_megatron"] = static_cast<double>(r.collectives) / static_cast<double>(2 * config.n_layers);
   state.counters["resident_MiB"] = static_cast<double>(r.resident) / (1 << 20);
   state.counters["resident_vs_1"] = static_cast<double>(r.resident) / static_cast<double>(one.resident);
+  state.counters["peak_MiB"] = static_cast<double>(r.peak) / (1 << 20);
+  state.counters["peak_vs_1"] = static_cast<double>(r.peak) / static_cast<double>(one.peak);
   if (mesh == std::vector<int64_t>{1, 1, 1} && batch == 1) {
-    state.counters["bw_GB_s"] = read_bandwidth() / 1e9;
-    state.counters["bw_fraction"] = r.decode_tok_s / (read_bandwidth() / r.weight_bytes);
+    // The bound: the better of one thread and as many as the kernels use.
+    state.counters["kernel_threads"] = sf::kernel_threads();
+    state.counters["bw_GB_s"] = bandwidth / 1e9;
+    state.counters["bw_fraction"] = r.decode_tok_s / (bandwidth / r.weight_bytes);
   }
 }
 
