@@ -8,9 +8,11 @@
 //   decode_vs_1, prefill_vs_1     ratio to one device at the same batch
 //   bw_fraction                   (1 device, batch 1) decode tokens/s divided
 //                                 by the bound: read bandwidth of this machine
-//                                 (streaming read of 1 GiB, the better of one
-//                                 thread and kernel_threads threads, measured
-//                                 here) / weight bytes a decode step reads
+//                                 (streaming read of 1 GiB, the best of one
+//                                 thread and kernel_threads threads, two loop
+//                                 shapes) / weight bytes a decode step reads;
+//                                 the median over 5 chunks of decode steps,
+//                                 each right after its own bandwidth probe
 //   collectives, vs_megatron      collectives per decode step; ratio to the
 //                                 Megatron minimum (2 all-reduces per layer)
 //   resident_MiB, resident_vs_1   weights + KV cache held per device (the
@@ -26,6 +28,10 @@
 #include <numeric>
 #include <set>
 #include <thread>
+
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 
 #include "shardflow/models/llama.h"
 #include "shardflow/runtime/runtime.h"
@@ -44,33 +50,65 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// Bytes per second of `threads` threads streaming through disjoint parts of a
-// buffer far larger than the last-level cache (best of five passes: on a
-// shared VM the second core's bandwidth comes and goes).
-double read_bandwidth(int threads) {
-  static std::map<int, double> measured;
-  if (auto it = measured.find(threads); it != measured.end()) return it->second;
-  std::vector<float> buffer((1u << 30) / sizeof(float), 1.0f);
-  const std::size_t part = buffer.size() / static_cast<std::size_t>(threads) / 32 * 32;
-  auto stream = [data = buffer.data(), part](std::size_t begin) {
-    const float* p = data + begin;
-    float acc[32] = {};  // independent add chains: the loop waits on memory, not on adds
-    for (std::size_t i = 0; i < part; i += 32) {
-      for (std::size_t k = 0; k < 32; ++k) acc[k] += p[i + k];
-    }
-    benchmark::DoNotOptimize(acc);
-  };
-  double best = 0;
-  for (int pass = 0; pass < 5; ++pass) {
-    const auto start = std::chrono::steady_clock::now();
-    std::vector<std::thread> helpers;
-    for (int t = 1; t < threads; ++t) helpers.emplace_back(stream, part * static_cast<std::size_t>(t));
-    stream(0);
-    for (std::thread& helper : helpers) helper.join();
-    best = std::max(best, static_cast<double>(part * static_cast<std::size_t>(threads) * sizeof(float)) /
-                              seconds_since(start));
+void stream_wide(const float* p, std::size_t n);
+
+// Two shapes of the same streaming sum: on this VM one thread often reads
+// fastest with 16-byte loads and two threads with the widest ones.
+void stream_narrow(const float* p, std::size_t n) {
+#if defined(__SSE2__)
+  __m128 acc[8];
+  for (__m128& a : acc) a = _mm_setzero_ps();
+  for (std::size_t i = 0; i < n; i += 32) {
+    for (std::size_t k = 0; k < 8; ++k) acc[k] = _mm_add_ps(acc[k], _mm_loadu_ps(p + i + 4 * k));
   }
-  return measured[threads] = best;
+  benchmark::DoNotOptimize(acc);
+#else
+  stream_wide(p, n);
+#endif
+}
+
+void stream_wide(const float* p, std::size_t n) {
+  float acc[32] = {};  // independent add chains, vectorised to the machine's width
+  for (std::size_t i = 0; i < n; i += 32) {
+    for (std::size_t k = 0; k < 32; ++k) acc[k] += p[i + k];
+  }
+  benchmark::DoNotOptimize(acc);
+}
+
+// Bytes per second of streaming reads through a buffer far larger than the
+// last-level cache: the best of both loop shapes, on one thread and on as
+// many as the kernels use.
+class BandwidthProbe {
+ public:
+  BandwidthProbe() : buffer_((1u << 30) / sizeof(float), 1.0f) {}
+
+  double measure() {
+    double best = 0;
+    for (int threads : {1, sf::kernel_threads()}) {
+      const std::size_t part = buffer_.size() / static_cast<std::size_t>(threads) / 32 * 32;
+      for (auto* stream : {&stream_narrow, &stream_wide}) {
+        const auto start = std::chrono::steady_clock::now();
+        std::vector<std::thread> helpers;
+        for (int t = 1; t < threads; ++t) {
+          helpers.emplace_back(stream, buffer_.data() + part * static_cast<std::size_t>(t), part);
+        }
+        stream(buffer_.data(), part);
+        for (std::thread& helper : helpers) helper.join();
+        best = std::max(best, static_cast<double>(part * static_cast<std::size_t>(threads) * sizeof(float)) /
+                                  seconds_since(start));
+      }
+    }
+    return best;
+  }
+
+ private:
+  std::vector<float> buffer_;
+};
+
+template <class T>
+T median(std::vector<T> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
 }
 
 // Bytes a decode step reads from the weights: everything but the embedding
@@ -125,6 +163,7 @@ class StepMemory {
 
 struct Result {
   double prefill_tok_s = 0, decode_tok_s = 0, weight_bytes = 0;
+  double bandwidth = 0, bw_fraction = 0;  // one device, batch 1
   int64_t collectives = 0, resident = 0, peak = 0;
 };
 
@@ -156,13 +195,37 @@ Result measure(const llama::Config& config, const std::vector<int64_t>& mesh_sha
   benchmark::DoNotOptimize(model.forward(prompt_tokens, 0, cache).value());
   r.prefill_tok_s = static_cast<double>(batch * kPrompt) / seconds_since(start);
   const std::vector<int64_t> prefill_extra = prefill_memory.extra();
+  r.weight_bytes = decode_weight_bytes(model.weights());
   StepMemory decode_memory(devices);
-  start = std::chrono::steady_clock::now();
-  for (int64_t s = 0; s < steps; ++s) benchmark::DoNotOptimize(model.forward(next, kPrompt + s, cache).value());
-  r.decode_tok_s = static_cast<double>(batch * steps) / seconds_since(start);
+  if (devices == 1 && batch == 1) {
+    // Decode in chunks, each right after a bandwidth probe: this VM's speed
+    // drifts, and a bound measured next to the steps it bounds follows it.
+    BandwidthProbe probe;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // OpenBLAS's pool goes back to sleep
+    constexpr int64_t kChunks = 5;
+    std::vector<double> bandwidths, fractions;
+    double seconds = 0;
+    for (int64_t chunk = 0; chunk < kChunks; ++chunk) {
+      bandwidths.push_back(probe.measure());
+      start = std::chrono::steady_clock::now();
+      for (int64_t s = chunk * steps / kChunks; s < (chunk + 1) * steps / kChunks; ++s) {
+        benchmark::DoNotOptimize(model.forward(next, kPrompt + s, cache).value());
+      }
+      const double chunk_seconds = seconds_since(start);
+      seconds += chunk_seconds;
+      const double chunk_steps = static_cast<double>((chunk + 1) * steps / kChunks - chunk * steps / kChunks);
+      fractions.push_back(chunk_steps * r.weight_bytes / chunk_seconds / bandwidths.back());
+    }
+    r.decode_tok_s = static_cast<double>(steps) / seconds;
+    r.bandwidth = median(bandwidths);
+    r.bw_fraction = median(fractions);
+  } else {
+    start = std::chrono::steady_clock::now();
+    for (int64_t s = 0; s < steps; ++s) benchmark::DoNotOptimize(model.forward(next, kPrompt + s, cache).value());
+    r.decode_tok_s = static_cast<double>(batch * steps) / seconds_since(start);
+  }
   const std::vector<int64_t> decode_extra = decode_memory.extra();
   r.collectives = static_cast<int64_t>(model.decode_collectives().size());
-  r.weight_bytes = decode_weight_bytes(model.weights());
   std::vector<sf::Tensor> held{model.weights().tok_embeddings, model.weights().norm, model.weights().output};
   for (const llama::LayerWeights& l : model.weights().layers) {
     held.insert(held.end(), {l.attention_norm, l.wq, l.wk, l.wv, l.wo, l.ffn_norm, l.w1, l.w2, l.w3});
@@ -188,9 +251,6 @@ const Result& baseline(const std::string& name, int64_t batch, int64_t steps) {
 void Generate(benchmark::State& state, const std::string& name, std::vector<int64_t> mesh, int64_t batch) {
   const llama::Config config = llama::Config::named(name);
   const int64_t steps = name == "stories15M" ? 64 : 24;
-  // Measured before any model runs: OpenBLAS's pool threads keep spinning
-  // for a while after a GEMM and would take a core from the measurement.
-  const double bandwidth = std::max(read_bandwidth(1), read_bandwidth(sf::kernel_threads()));
   const Result& one = baseline(name, batch, steps);
   Result r;
   for (auto _ : state) r = mesh == std::vector<int64_t>{1, 1, 1} ? one : measure(config, mesh, batch, steps);
@@ -205,10 +265,9 @@ void Generate(benchmark::State& state, const std::string& name, std::vector<int6
   state.counters["peak_MiB"] = static_cast<double>(r.peak) / (1 << 20);
   state.counters["peak_vs_1"] = static_cast<double>(r.peak) / static_cast<double>(one.peak);
   if (mesh == std::vector<int64_t>{1, 1, 1} && batch == 1) {
-    // The bound: the better of one thread and as many as the kernels use.
     state.counters["kernel_threads"] = sf::kernel_threads();
-    state.counters["bw_GB_s"] = bandwidth / 1e9;
-    state.counters["bw_fraction"] = r.decode_tok_s / (bandwidth / r.weight_bytes);
+    state.counters["bw_GB_s"] = r.bandwidth / 1e9;
+    state.counters["bw_fraction"] = r.bw_fraction;
   }
 }
 
