@@ -82,15 +82,17 @@ class DeviceRun {
 
   void execute() {
     // A value is dropped after its last reader, so a device holds only the
-    // activations still ahead of it (what device_memory() reports).
-    std::vector<int64_t> last_reader(slots_.size(), -1);
+    // activations still ahead of it (what device_memory() reports), and the
+    // last reader gets it as the sole holder when nothing else shares it.
+    last_reader_.assign(slots_.size(), -1);
     const auto& instructions = program_.instructions;
     for (std::size_t i = 0; i < instructions.size(); ++i) {
-      for (int slot : instructions[i].inputs) last_reader[static_cast<std::size_t>(slot)] = static_cast<int64_t>(i);
+      for (int slot : instructions[i].inputs) last_reader_[static_cast<std::size_t>(slot)] = static_cast<int64_t>(i);
     }
-    for (int slot : program_.output_slots) last_reader[static_cast<std::size_t>(slot)] = -1;
+    for (int slot : program_.output_slots) last_reader_[static_cast<std::size_t>(slot)] = -1;
     for (std::size_t i = 0; i < instructions.size(); ++i) {
       const Instruction& instruction = instructions[i];
+      current_ = static_cast<int64_t>(i);
       switch (instruction.kind) {
         case InstructionKind::kCompute: compute(instruction); break;
         case InstructionKind::kCollective: collective(instruction); break;
@@ -98,7 +100,7 @@ class DeviceRun {
         case InstructionKind::kMaskPadding: mask(instruction); break;
       }
       for (int slot : instruction.inputs) {
-        if (last_reader[static_cast<std::size_t>(slot)] == static_cast<int64_t>(i)) {
+        if (last_reader_[static_cast<std::size_t>(slot)] == static_cast<int64_t>(i)) {
           slots_[static_cast<std::size_t>(slot)] = DenseTensor();
         }
       }
@@ -143,7 +145,12 @@ class DeviceRun {
 
   void compute(const Instruction& instruction) {
     std::vector<DenseTensor> inputs;
-    for (int slot : instruction.inputs) inputs.push_back(slots_[static_cast<std::size_t>(slot)]);
+    for (std::size_t k = 0; k < instruction.inputs.size(); ++k) {
+      const auto slot = static_cast<std::size_t>(instruction.inputs[k]);
+      const bool read_again = last_reader_[slot] != current_ ||
+                              std::count(instruction.inputs.begin(), instruction.inputs.end(), instruction.inputs[k]) > 1;
+      inputs.push_back(read_again ? slots_[slot] : std::move(slots_[slot]));
+    }
     std::vector<DenseTensor> outputs = instruction.op->kernel(OpArgs(instruction.op->schema, instruction.args), inputs);
     for (std::size_t i = 0; i < outputs.size(); ++i) {
       if (instruction.scale != 1) outputs[i] = scaled(outputs[i], instruction.scale);
@@ -298,6 +305,8 @@ class DeviceRun {
   Communicator& comm_;
   std::vector<int64_t> coords_;
   std::vector<DenseTensor> slots_;
+  std::vector<int64_t> last_reader_;  // per slot: the last instruction reading it (-1: kept)
+  int64_t current_ = -1;
   std::map<std::vector<int>, DeviceGroup> groups_;
 };
 
@@ -332,13 +341,14 @@ bool laid_out_as(const Tensor& tensor, const Sharding& sharding) {
 }  // namespace
 
 std::vector<Tensor> run_program(const PartitionedProgram& program, Runtime& runtime,
-                                std::span<const Tensor> inputs) {
-  return run_program(program, runtime.num_devices(), [&](const DeviceProgram& fn) { runtime.run(fn); }, inputs);
+                                std::vector<Tensor> inputs) {
+  return run_program(program, runtime.num_devices(), [&](const DeviceProgram& fn) { runtime.run(fn); },
+                     std::move(inputs));
 }
 
 std::vector<Tensor> run_program(const PartitionedProgram& program, int64_t num_devices,
                                 const std::function<void(const DeviceProgram&)>& run_on_devices,
-                                std::span<const Tensor> inputs) {
+                                std::vector<Tensor> inputs) {
   const Mesh& mesh = *program.mesh;
   // A program on one device (a graph without annotations) runs on device 0.
   if (num_devices != mesh.size() && mesh.size() != 1) {
@@ -366,6 +376,7 @@ std::vector<Tensor> run_program(const PartitionedProgram& program, int64_t num_d
       feeds[i].layout = shard_layout(sharding, inputs[i].shape());
     }
   }
+  inputs.clear();  // the feeds hold the buffers now: a donated shard has no other holder
   // Per device: its outputs, if it ran in this process (a multi-process
   // runtime runs only this process's devices).
   std::vector<std::vector<DenseTensor>> outputs(static_cast<std::size_t>(mesh.size()));
@@ -374,11 +385,11 @@ std::vector<Tensor> run_program(const PartitionedProgram& program, int64_t num_d
     if (device >= mesh.size()) return;
     const DeviceMemoryScope memory_scope(device);
     DeviceRun run(program, device, comm);
-    for (std::size_t i = 0; i < inputs.size(); ++i) {
+    for (std::size_t i = 0; i < feeds.size(); ++i) {
       const TensorType& type = program.slots[static_cast<std::size_t>(program.input_slots[i])];
       DenseTensor local;
       if (!feeds[i].shards.empty()) {
-        local = feeds[i].shards[static_cast<std::size_t>(device)].data;
+        local = std::move(feeds[i].shards[static_cast<std::size_t>(device)].data);  // each device takes its own
       } else {
         local = DenseTensor::empty(type.dtype, type.shape);
         copy_shard(feeds[i].layout, static_cast<std::size_t>(device), feeds[i].global.bytes(),

@@ -95,9 +95,9 @@ void SpmdRunner::fetch_shards(std::vector<DenseTensor>& shards, const ShardLayou
   }
 }
 
-std::vector<Tensor> SpmdRunner::run(const PreparedGraph& prepared, std::span<const Tensor> inputs) {
+std::vector<Tensor> SpmdRunner::run(const PreparedGraph& prepared, std::vector<Tensor> inputs) {
   const auto& spmd = dynamic_cast<const SpmdPrepared&>(prepared);
-  return run_program(spmd.program, num_devices_, run_on_devices_, inputs);
+  return run_program(spmd.program, num_devices_, run_on_devices_, std::move(inputs));
 }
 
 }  // namespace shardflow

@@ -67,6 +67,7 @@ struct CompiledFunction::State {
   std::string name;
   GuardMode guards = GuardMode::kReplay;
   std::vector<bool> donated;  // by explicit input position
+  bool is_donated(std::size_t position) const { return position < donated.size() && donated[position]; }
   std::vector<std::unique_ptr<CacheEntry>> entries;  // most recently used first
   CacheEntry* last = nullptr;
   CompileStats stats;
@@ -174,6 +175,21 @@ void CompiledFunction::donate_inputs(std::vector<std::size_t> positions) {
 namespace {
 
 // The graph's inputs for the runner: the explicit ones, then the captured.
+// A donated, laid-out input whose handle is its only one: its shards move to
+// a new tensor that the run will hold alone, and the handle is marked
+// donated. Null (nothing taken) otherwise.
+std::shared_ptr<TensorImpl> take_shards(const std::shared_ptr<TensorImpl>& impl, const std::string& function) {
+  if (impl.use_count() != 1 || !impl->is_concrete() || !impl->sharding || impl->shards.empty()) return nullptr;
+  auto taken = std::make_shared<TensorImpl>();
+  taken->type = impl->type;
+  taken->sharding = impl->sharding;
+  taken->layout = impl->layout;
+  taken->shards = std::move(impl->shards);
+  impl->shards.clear();
+  impl->donated_to = function;
+  return taken;
+}
+
 std::vector<Tensor> runner_inputs(const CacheEntry& entry, const std::vector<Tensor>& inputs,
                                   const std::vector<std::shared_ptr<TensorImpl>>& captured) {
   std::vector<Tensor> all_inputs = inputs;
@@ -197,9 +213,16 @@ void prepare_for(GraphRunner& runner, CacheEntry& entry, std::span<const Tensor>
 std::vector<Tensor> CompiledFunction::call(const std::vector<Tensor>& inputs) {
   auto [entry, captured] = state_->lookup(inputs);
   if (GraphRunner* runner = graph_runner()) {
-    const std::vector<Tensor> all_inputs = runner_inputs(*entry, inputs, captured);
+    std::vector<std::shared_ptr<TensorImpl>> taken(inputs.size());
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      if (state_->is_donated(i)) taken[i] = take_shards(inputs[i].impl(), state_->name);
+    }
+    std::vector<Tensor> all_inputs = runner_inputs(*entry, inputs, captured);
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      if (taken[i]) all_inputs[i] = Tensor(std::move(taken[i]));  // the shards' only holder
+    }
     prepare_for(*runner, *entry, all_inputs);
-    return runner->run(*entry->prepared, all_inputs);
+    return runner->run(*entry->prepared, std::move(all_inputs));
   }
   std::vector<DenseTensor> values;
   const auto value_of = [&](const Tensor& tensor, const Value& input) {
@@ -211,8 +234,7 @@ std::vector<Tensor> CompiledFunction::call(const std::vector<Tensor>& inputs) {
   };
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     const std::shared_ptr<TensorImpl>& impl = inputs[i].impl();
-    const bool donated = i < state_->donated.size() && state_->donated[i];
-    if (donated && impl.use_count() == 1 && impl->value && !impl->sharding && impl->value->is_sole_owner()) {
+    if (state_->is_donated(i) && impl.use_count() == 1 && impl->value && !impl->sharding && impl->value->is_sole_owner()) {
       values.push_back(std::move(*impl->value));  // the buffer now belongs to the call
       impl->value.reset();
       impl->donated_to = state_->name;

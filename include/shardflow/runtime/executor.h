@@ -16,14 +16,19 @@ namespace shardflow {
 // Returns one tensor per graph output, laid out across the devices as the
 // program's output sharding says (a plain tensor when replicated). The
 // runtime must have exactly as many devices as the program's mesh.
+//
+// The inputs are taken by value and let go of before the devices run: a
+// shard whose only other holder was that handle (a donated input) is then
+// the device's alone, and an op that owns its operand (index_copy) updates
+// it in place.
 std::vector<Tensor> run_program(const PartitionedProgram& program, Runtime& runtime,
-                                std::span<const Tensor> inputs);
+                                std::vector<Tensor> inputs);
 
 // The same on any set of devices: `run_on_devices(fn)` runs fn on each of
 // `num_devices` devices and waits (Runtime::run).
 using DeviceProgram = std::function<void(int64_t device, Communicator& comm)>;
 std::vector<Tensor> run_program(const PartitionedProgram& program, int64_t num_devices,
                                 const std::function<void(const DeviceProgram&)>& run_on_devices,
-                                std::span<const Tensor> inputs);
+                                std::vector<Tensor> inputs);
 
 }  // namespace shardflow

@@ -64,7 +64,9 @@ class GraphRunner {
   virtual std::shared_ptr<const PreparedGraph> prepare(const Graph& graph,
                                                        std::span<const std::optional<Sharding>> input_shardings) = 0;
   // Every call: one tensor per graph input; returns one per graph output.
-  virtual std::vector<Tensor> run(const PreparedGraph& prepared, std::span<const Tensor> inputs) = 0;
+  // A handle in `inputs` that is the only one of its tensor (a donated
+  // input) lets the run update its buffers in place.
+  virtual std::vector<Tensor> run(const PreparedGraph& prepared, std::vector<Tensor> inputs) = 0;
 
   // Multi-process runtimes (MPI): whether this process holds the data of
   // `device`. Shards of other processes' devices are left undefined in
@@ -122,8 +124,9 @@ class CompiledFunction {
   // views), the call may reuse its buffer for an output, so a state updated
   // in the step (a KV cache written with index_copy) is not copied. The
   // tensor is then used up: reading it later is an error that names this
-  // function. Inputs that are shared are left alone (no donation). Done on
-  // one device (the interpreter); multi-device runs copy as before.
+  // function. Inputs that are shared are left alone (no donation). A laid
+  // out tensor is donated shard by shard: each device updates its own shard
+  // in place, unless replicas share that buffer.
   void donate_inputs(std::vector<std::size_t> positions);
   // Traces or reuses a graph without running it (inputs may be shape-only);
   // on a multi-device runtime also propagates and partitions it, so that the
