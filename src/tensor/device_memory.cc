@@ -9,7 +9,8 @@
 namespace shardflow {
 namespace detail {
 
-struct DeviceMemoryCounter {
+// One cache line each: device threads count their allocations side by side.
+struct alignas(64) DeviceMemoryCounter {
   std::atomic<int64_t> current{0};
   std::atomic<int64_t> peak{0};
 };
