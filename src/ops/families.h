@@ -6,6 +6,7 @@
 namespace shardflow::ops {
 
 void register_annotation_ops(OpRegistry& registry);
+void register_attention_ops(OpRegistry& registry);
 void register_creation_ops(OpRegistry& registry);
 void register_elementwise_ops(OpRegistry& registry);
 void register_index_ops(OpRegistry& registry);

@@ -10,6 +10,7 @@ void register_all_ops() {
   std::call_once(once, [] {
     OpRegistry& registry = op_registry();
     register_annotation_ops(registry);
+    register_attention_ops(registry);
     register_creation_ops(registry);
     register_elementwise_ops(registry);
     register_index_ops(registry);

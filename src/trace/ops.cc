@@ -70,6 +70,12 @@ Tensor matmul(const Tensor& a, const Tensor& b) { return call("aten::matmul", {a
 Tensor linear(const Tensor& input, const Tensor& weight, std::optional<Tensor> bias) {
   return call("aten::linear", {input, weight, bias ? Arg(*bias) : Arg(none)});
 }
+Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                    std::optional<Tensor> attn_mask, bool is_causal, std::optional<double> scale) {
+  return call("aten::scaled_dot_product_attention",
+              {query, key, value, attn_mask ? Arg(*attn_mask) : Arg(none), 0.0, is_causal,
+               kwarg("scale", scale ? Arg(*scale) : Arg(none))});
+}
 
 Tensor reshape(const Tensor& x, Shape shape) { return call("aten::reshape", {x, std::move(shape)}); }
 Tensor permute(const Tensor& x, std::vector<int64_t> dims) {

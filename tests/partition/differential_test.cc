@@ -105,7 +105,7 @@ class RandomCase {
         return false;
       }
     };
-    switch (pick(0, 27)) {
+    switch (pick(0, 28)) {
       case 0: return sf::silu(a);
       case 1: return sf::tanh(a) * 2;
       case 2: return broadcastable(a, b) ? a + b : a - 1;
@@ -148,6 +148,17 @@ class RandomCase {
         return a + sf::arange(n, 0.0, -1.0).to(sf::DType::kF32);
       }
       case 26: return rank >= 2 ? a.flatten(0, 1) : a.to(sf::DType::kBF16).to(sf::DType::kF32);
+      case 27: {  // attention with `a` as the queries [..., L, E], a random mask
+        if (rank < 2) return a * a;
+        sf::Shape key_shape = a.shape(), value_shape = a.shape();
+        const int64_t keys = pick(1, 5);
+        key_shape[static_cast<std::size_t>(rank - 2)] = keys;
+        value_shape[static_cast<std::size_t>(rank - 2)] = keys;
+        value_shape.back() = pick(1, 4);
+        const sf::Tensor k = sf::randn(key_shape, pick(0, 100000)), v = sf::randn(value_shape, pick(0, 100000));
+        const sf::Tensor mask = sf::gt(sf::randn({a.size(rank - 2), keys}, pick(0, 100000)), sf::zeros({}) - 0.5);
+        return sf::scaled_dot_product_attention(a, pick(0, 1) ? annotate(k) : k, pick(0, 1) ? annotate(v) : v, mask);
+      }
       default: return sf::sqrt(sf::abs(a) + 1);
     }
   }

@@ -144,3 +144,31 @@ TEST(SpmdCompile, DonatedShardsAreUpdatedInPlace) {
 }
 
 }  // namespace
+
+namespace {
+
+// Attention sharded over heads runs locally; keys split along the sequence
+// are gathered first (softmax needs every key), and the mask is honoured.
+TEST(SpmdCompile, AttentionShardedOverHeadsOrKeysMatchesOneDevice) {
+  const sf::Tensor q = sf::randn({2, 4, 3, 8}, 11), k = sf::randn({2, 4, 6, 8}, 12), v = sf::randn({2, 4, 6, 5}, 13);
+  const sf::Tensor mask = sf::gt(sf::randn({3, 6}, 14), sf::zeros({}) - 0.3);
+  const sf::Tensor expected = sf::scaled_dot_product_attention(q, k, v, mask);
+  sf::Runtime runtime = sf::Runtime::local(4);
+  const sf::Mesh mesh(iota(4), {2, 2}, {"data", "model"});
+  auto heads = sf::compile([&](sf::Tensor q_in, sf::Tensor k_in, sf::Tensor v_in) {
+    const auto spec = sf::PartitionSpec{"data", "model", sf::none, sf::none};
+    return sf::scaled_dot_product_attention(sf::mark_sharding(q_in, mesh, spec), sf::mark_sharding(k_in, mesh, spec),
+                                            sf::mark_sharding(v_in, mesh, spec), mask);
+  });
+  expect_close(heads(q, k, v), expected);
+  EXPECT_EQ(heads.program_text().find("all-gather"), std::string::npos) << heads.program_text();
+  auto keys = sf::compile([&](sf::Tensor q_in, sf::Tensor k_in, sf::Tensor v_in) {
+    const auto spec = sf::PartitionSpec{sf::none, sf::none, "model", sf::none};
+    return sf::scaled_dot_product_attention(q_in, sf::mark_sharding(k_in, mesh, spec), sf::mark_sharding(v_in, mesh, spec),
+                                            mask);
+  });
+  expect_close(keys(q, k, v), expected);
+  EXPECT_NE(keys.program_text().find("all-gather over 'model'"), std::string::npos) << keys.program_text();
+}
+
+}  // namespace

@@ -89,8 +89,7 @@ struct ShardingPlan {
 // out as the plan says.
 Weights random_weights(const Config& config, int64_t seed, const ShardingPlan* plan = nullptr);
 
-// The KV cache, one key and one value tensor per layer: keys
-// [B, n_kv_heads, hd, seq_len] (transposed, ready for q·k), values
+// The KV cache, one key and one value tensor per layer, each
 // [B, n_kv_heads, seq_len, hd].
 struct KVCache {
   std::vector<Tensor> keys, values;

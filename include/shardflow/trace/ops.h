@@ -53,6 +53,12 @@ Tensor log_softmax(const Tensor& x, int64_t dim);
 // Contractions.
 Tensor matmul(const Tensor& a, const Tensor& b);
 Tensor linear(const Tensor& input, const Tensor& weight, std::optional<Tensor> bias = std::nullopt);
+// torch.nn.functional.scaled_dot_product_attention (no dropout): q [..., L, E],
+// k [..., S, E], v [..., S, Ev]; attn_mask (bool: true attends; float: added)
+// broadcasts to [..., L, S]. Keys the mask hides are not read.
+Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                    std::optional<Tensor> attn_mask = std::nullopt, bool is_causal = false,
+                                    std::optional<double> scale = std::nullopt);
 
 // Shapes.
 Tensor reshape(const Tensor& x, Shape shape);

@@ -2,7 +2,6 @@
 // decode. Everything here is public API: tensors, ops, mark_sharding and
 // compile.
 #include <cmath>
-#include <limits>
 
 #include <fmt/format.h>
 
@@ -105,7 +104,7 @@ KVCache Model::new_cache(int64_t batch) const {
   const Config& c = config();
   KVCache cache;
   for (int64_t l = 0; l < c.n_layers; ++l) {
-    cache.keys.push_back(annotate(zeros({batch, c.n_kv_heads, c.head_dim(), c.seq_len}), "kv_cache"));
+    cache.keys.push_back(annotate(zeros({batch, c.n_kv_heads, c.seq_len, c.head_dim()}), "kv_cache"));
     cache.values.push_back(annotate(zeros({batch, c.n_kv_heads, c.seq_len, c.head_dim()}), "kv_cache"));
   }
   return cache;
@@ -127,7 +126,6 @@ std::vector<Tensor> Model::step(const std::vector<Tensor>& inputs) const {
   // prefill (causal) and decode (everything written so far).
   Tensor visible = le(arange(c.seq_len).unsqueeze(0), positions.unsqueeze(1));  // [T,S]
   if (group > 1) visible = visible.unsqueeze(0).expand({group, length, c.seq_len}).reshape({group * length, c.seq_len});
-  const Tensor masked = full({}, -std::numeric_limits<double>::infinity());
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
 
   std::vector<Tensor> outputs(1);
@@ -139,16 +137,14 @@ std::vector<Tensor> Model::step(const std::vector<Tensor>& inputs) const {
     Tensor k = rotary(linear(h, w.wk).reshape({batch, length, c.n_kv_heads, hd}), cos_t, sin_t);
     Tensor v = linear(h, w.wv).reshape({batch, length, c.n_kv_heads, hd});
     const std::size_t slot = 2 + 2 * static_cast<std::size_t>(l);
-    // Keys are cached transposed, [B,KVH,hd,S], so that the scores are a
-    // plain matmul: transposing the whole cache every step would copy it.
-    const Tensor keys = annotate(index_copy(inputs.at(slot), 3, positions, k.permute({0, 2, 3, 1})), "kv_cache");
+    const Tensor keys = annotate(index_copy(inputs.at(slot), 2, positions, k.transpose(1, 2)), "kv_cache");
     const Tensor values = annotate(index_copy(inputs.at(slot + 1), 2, positions, v.transpose(1, 2)), "kv_cache");
     // The queries of a key/value head's group become rows of one matrix, so
-    // grouped-query attention reads each cached key once.
+    // grouped-query attention reads each cached key once; the fused op reads
+    // only the cache slots the mask shows (up to the position), not all
+    // seq_len of them.
     q = q.transpose(1, 2).reshape({batch, c.n_kv_heads, group * length, hd});
-    Tensor scores = matmul(q, keys) * scale;  // [B,KVH,G*T,S]
-    scores = where(visible, scores, masked);
-    Tensor attention = matmul(softmax(scores, -1), values);  // [B,KVH,G*T,hd]
+    Tensor attention = scaled_dot_product_attention(q, keys, values, visible, false, scale);  // [B,KVH,G*T,hd]
     attention = attention.reshape({batch, c.n_heads, length, hd}).transpose(1, 2).reshape({batch, length, c.dim});
     x = x + linear(attention, w.wo);
     const Tensor g = rms_norm(x, w.ffn_norm, c.norm_eps);
