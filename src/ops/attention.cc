@@ -91,15 +91,20 @@ void check_options(const OpArgs& args, bool has_mask) {
   }
 }
 
-TensorType attention_type(const OpArgs& args, std::span<const TensorType> in) {
+// The shapes of a call, after every argument check.
+AttentionShapes checked_shapes(const OpArgs& args, std::span<const TensorType> in) {
   const AttentionShapes s = attention_shapes(in[0], in[1], in[2]);
   const int mask = args.tensor("attn_mask");
   if (mask >= 0) check_mask(in[static_cast<std::size_t>(mask)], s, in[0]);
   check_options(args, mask >= 0);
+  return s;
+}
+
+Shape result_shape(const AttentionShapes& s) {
   Shape out = s.batch;
   out.push_back(s.queries);
   out.push_back(s.value_depth);
-  return {in[0].dtype, out};
+  return out;
 }
 
 float dot(const float* a, const float* b, int64_t n) {
@@ -116,8 +121,7 @@ float dot(const float* a, const float* b, int64_t n) {
 DenseTensor attention_kernel(const OpArgs& args, std::span<const DenseTensor> in) {
   std::vector<TensorType> types;
   for (const DenseTensor& t : in) types.push_back({t.dtype(), t.shape()});
-  const TensorType result = attention_type(args, types);
-  const AttentionShapes s = attention_shapes(types[0], types[1], types[2]);
+  const AttentionShapes s = checked_shapes(args, types);
   const int mask_index = args.tensor("attn_mask");
   const DenseTensor* mask = mask_index < 0 ? nullptr : &in[static_cast<std::size_t>(mask_index)];
   const bool causal = args.get_bool("is_causal");
@@ -135,7 +139,7 @@ DenseTensor attention_kernel(const OpArgs& args, std::span<const DenseTensor> in
     }
   }
   const int64_t batches = numel(s.batch);
-  DenseTensor out = DenseTensor::empty(result.dtype, result.shape);
+  DenseTensor out = DenseTensor::empty(DType::kF32, result_shape(s));
   const float* q = in[0].data_as<float>();
   const float* k = in[1].data_as<float>();
   const float* v = in[2].data_as<float>();
@@ -231,7 +235,7 @@ void register_attention_ops(OpRegistry& registry) {
   OpDef def;
   def.family = OpFamily::kContraction;
   def.infer = [](const OpArgs& args, std::span<const TensorType> in) {
-    return std::vector<TensorType>{attention_type(args, in)};
+    return std::vector<TensorType>{TensorType{in[0].dtype, result_shape(checked_shapes(args, in))}};
   };
   def.sharding_rule = attention_rule;
   def.kernel = [](const OpArgs& args, std::span<const DenseTensor> in) {

@@ -223,7 +223,6 @@ class Partitioner {
                                            const std::vector<std::vector<std::vector<int>>>& offered,
                                            const std::vector<Value*>& operands, std::size_t f,
                                            const std::vector<int>& wanted, const Value* result) {
-    const auto bytes = [](const TensorType& type) { return numel(type.shape) * static_cast<int64_t>(element_size(type.dtype)); };
     for (std::size_t o = 0; o < operands.size(); ++o) {
       bool has_f = false, picked_from = false;
       for (const std::vector<int>& factors : rule.operands[o]) {
@@ -232,7 +231,7 @@ class Partitioner {
           picked_from = picked_from || rule.factors[static_cast<std::size_t>(g)].kind == FactorKind::kNeedReplication;
         }
       }
-      if (has_f && picked_from && offered[o][f] != wanted && bytes(operands[o]->type()) > bytes(result->type())) return true;
+      if (has_f && picked_from && offered[o][f] != wanted && operands[o]->type().nbytes() > result->type().nbytes()) return true;
     }
     return false;
   }

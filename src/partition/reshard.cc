@@ -89,10 +89,7 @@ class Resharder {
     return b_.new_slot({dtype_, padded_shape(b_.mesh(), global_, dims)});
   }
 
-  int64_t bytes(int slot) const {
-    const TensorType& type = b_.slot_type(slot);
-    return numel(type.shape) * static_cast<int64_t>(element_size(type.dtype));
-  }
+  int64_t bytes(int slot) const { return b_.slot_type(slot).nbytes(); }
 
   std::string dim_text(int dim) const {
     return fmt::format("dim {} of %{}", dim, why_.value->name());

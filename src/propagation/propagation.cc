@@ -290,7 +290,7 @@ PropagationResult propagate_shardings(const Graph& graph,
     ValueState state;
     state.dims.resize(static_cast<std::size_t>(value->type().rank()));
     state.origins.resize(state.dims.size());
-    state.bytes = numel(value->type().shape) * static_cast<int64_t>(element_size(value->type().dtype));
+    state.bytes = value->type().nbytes();
     if (const auto found = fixed.find(value); found != fixed.end()) {
       state.closed = true;
       state.dims = found->second.all_dim_axes();

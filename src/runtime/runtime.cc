@@ -68,15 +68,15 @@ class LocalRuntime final : public Runtime::Impl {
 
   // Restored on destruction.
   std::optional<int64_t> previous_device_count_;
-  std::optional<int> previous_blas_threads_;
+  std::optional<int> previous_kernel_threads_;
 };
 
 LocalRuntime::LocalRuntime(int64_t num_devices)
     : world_(num_devices), previous_device_count_(global_device_count()) {
   if (num_devices > 1) {
-    // The device threads are the parallelism: OpenBLAS runs in each of them
-    // single-threaded instead of starting its own pool on the same cores.
-    previous_blas_threads_ = kernel_threads();
+    // The device threads are the parallelism: kernels run in each of them
+    // single-threaded instead of starting their own pools on the same cores.
+    previous_kernel_threads_ = kernel_threads();
     set_kernel_threads(1);
   }
   set_global_device_count(num_devices);
@@ -111,7 +111,7 @@ void LocalRuntime::shut_down() {
   threads_.clear();
   if (runner_) set_graph_runner(previous_runner_);
   set_global_device_count(previous_device_count_);
-  if (previous_blas_threads_) set_kernel_threads(*previous_blas_threads_);
+  if (previous_kernel_threads_) set_kernel_threads(*previous_kernel_threads_);
 }
 
 void LocalRuntime::device_loop(int64_t device) {

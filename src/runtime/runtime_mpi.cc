@@ -69,7 +69,7 @@ class MpiRuntime final : public Runtime::Impl {
   std::unique_ptr<SpmdRunner> runner_;
   GraphRunner* previous_runner_ = nullptr;
   std::optional<int64_t> previous_device_count_;
-  std::optional<int> previous_blas_threads_;
+  std::optional<int> previous_kernel_threads_;
   std::atomic<bool> in_run_{false};
 
   std::mutex watchdog_mutex_;
@@ -102,17 +102,17 @@ MpiRuntime::MpiRuntime(const MpiOptions& options) {
     throw;
   }
 
-  // The ranks on this host share its cores; OpenBLAS gets its share
+  // The ranks on this host share its cores; the kernels get this rank's share
+  // (never more threads than they had: OPENBLAS_NUM_THREADS=1 stays 1).
   MPI_Comm host = MPI_COMM_NULL;
   int host_ranks = 1;
   if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &host) == MPI_SUCCESS) {
     MPI_Comm_size(host, &host_ranks);
     MPI_Comm_free(&host);
   }
-  // (Never more than it had: OPENBLAS_NUM_THREADS=1 stays 1.)
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  previous_blas_threads_ = kernel_threads();
-  set_kernel_threads(std::clamp(cores / std::max(1, host_ranks), 1, std::max(1, *previous_blas_threads_)));
+  previous_kernel_threads_ = kernel_threads();
+  set_kernel_threads(std::clamp(cores / std::max(1, host_ranks), 1, std::max(1, *previous_kernel_threads_)));
 
   previous_device_count_ = global_device_count();
   set_global_device_count(size_);
@@ -141,7 +141,7 @@ void MpiRuntime::shut_down() {
     set_global_device_count(previous_device_count_);
   }
   runner_.reset();
-  if (previous_blas_threads_) set_kernel_threads(*previous_blas_threads_);
+  if (previous_kernel_threads_) set_kernel_threads(*previous_kernel_threads_);
   comm_.reset();  // frees the group communicators before MPI_Finalize
   if (initialised_mpi_) MPI_Finalize();
 }

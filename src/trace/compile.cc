@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <fstream>
+#include <utility>
 
 #include "shardflow/base/error.h"
 #include "shardflow/ir/text.h"
@@ -174,7 +175,6 @@ void CompiledFunction::donate_inputs(std::vector<std::size_t> positions) {
 
 namespace {
 
-// The graph's inputs for the runner: the explicit ones, then the captured.
 // A donated, laid-out input whose handle is its only one: its shards move to
 // a new tensor that the run will hold alone, and the handle is marked
 // donated. Null (nothing taken) otherwise.
@@ -184,12 +184,12 @@ std::shared_ptr<TensorImpl> take_shards(const std::shared_ptr<TensorImpl>& impl,
   taken->type = impl->type;
   taken->sharding = impl->sharding;
   taken->layout = impl->layout;
-  taken->shards = std::move(impl->shards);
-  impl->shards.clear();
+  taken->shards = std::exchange(impl->shards, {});
   impl->donated_to = function;
   return taken;
 }
 
+// The graph's inputs for the runner: the explicit ones, then the captured.
 std::vector<Tensor> runner_inputs(const CacheEntry& entry, const std::vector<Tensor>& inputs,
                                   const std::vector<std::shared_ptr<TensorImpl>>& captured) {
   std::vector<Tensor> all_inputs = inputs;

@@ -14,6 +14,7 @@ struct TensorType {
   Shape shape;
 
   int64_t rank() const { return static_cast<int64_t>(shape.size()); }
+  int64_t nbytes() const { return numel(shape) * static_cast<int64_t>(element_size(dtype)); }
   std::string to_string() const;
   friend bool operator==(const TensorType&, const TensorType&) = default;
 };

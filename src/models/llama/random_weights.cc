@@ -48,10 +48,10 @@ Weights random_weights(const Config& config, int64_t seed, const ShardingPlan* p
   // gives it another layout (the vocabulary split over 'model').
   if (config.shared_classifier && tied_head_shares_embedding(plan)) {
     w.output = w.tok_embeddings;
+  } else if (config.shared_classifier) {
+    w.output = place_tensor({config.vocab_size, dim}, uniform(seed, 0, 0, embedding_width), plan, "output");
   } else {
-    w.output = config.shared_classifier
-                   ? place_tensor({config.vocab_size, dim}, uniform(seed, 0, 0, embedding_width), plan, "output")
-                   : place_tensor({config.vocab_size, dim}, uniform(seed, 2, 0, linear_width(dim)), plan, "output");
+    w.output = place_tensor({config.vocab_size, dim}, uniform(seed, 2, 0, linear_width(dim)), plan, "output");
   }
   for (int64_t l = 0; l < config.n_layers; ++l) {
     const int64_t id = 16 * (l + 1);
