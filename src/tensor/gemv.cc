@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "parallel.h"
+#include "shardflow/tensor/parallel.h"
 
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>

@@ -1,4 +1,4 @@
-#include "parallel.h"
+#include "shardflow/tensor/parallel.h"
 
 #include <algorithm>
 #include <atomic>
@@ -27,6 +27,18 @@ constexpr int kSpinRounds = 1 << 12;
 constexpr uint64_t kWorkerBits = 8;
 constexpr uint64_t kWorkerMask = (uint64_t{1} << kWorkerBits) - 1;
 constexpr int64_t kMaxParts = static_cast<int64_t>(kWorkerMask) + 1;
+// Chunks per taking thread: enough that a worker which wakes late leaves its
+// share to the others, few enough that each chunk streams a long run.
+constexpr int64_t kChunksPerThread = 4;
+
+// The claim word: the job's generation (high 32 bits), its number of chunks
+// (next 16) and the next chunk to hand out (low 16). A thread takes a chunk
+// with one compare-and-swap, so whoever holds a chunk holds it of the job
+// whose fields it then reads, and that job cannot end before the chunk is
+// done. The generation check keeps a worker that woke after its job ended
+// out of the next one, which may have asked for fewer threads.
+constexpr uint64_t kChunkMask = 0xffff;
+constexpr int64_t kMaxChunks = static_cast<int64_t>(kChunkMask);
 
 class KernelPool {
  public:
@@ -38,7 +50,7 @@ class KernelPool {
   }
 
   // False when another thread holds the pool (the caller then runs inline).
-  bool run(int parts, int64_t count, int64_t part_size, RangeFn fn, const void* body) {
+  bool run(int parts, int64_t count, int64_t chunk_size, RangeFn fn, const void* body) {
     const std::unique_lock lock(busy_, std::try_to_lock);
     if (!lock.owns_lock()) return false;
     const int helpers = parts - 1;
@@ -52,13 +64,16 @@ class KernelPool {
     fn_ = fn;
     body_ = body;
     count_ = count;
-    part_size_ = part_size;
-    remaining_.store(helpers, std::memory_order_relaxed);
-    job_ += uint64_t{1} << kWorkerBits;
-    job_word_.store(job_ | static_cast<uint64_t>(helpers), std::memory_order_release);
+    chunk_size_ = chunk_size;
+    const auto chunks = static_cast<uint64_t>((count + chunk_size - 1) / chunk_size);
+    done_.store(0, std::memory_order_relaxed);
+    ++generation_;
+    claims_.store((uint64_t{generation_} << 32) | (chunks << 16), std::memory_order_release);
+    job_word_.store((uint64_t{generation_} << kWorkerBits) | static_cast<uint64_t>(helpers),
+                    std::memory_order_release);
     job_word_.notify_all();
-    run_part(0);
-    for (int spins = 0; remaining_.load(std::memory_order_acquire) != 0; ++spins) {
+    run_chunks(generation_);
+    for (int spins = 0; done_.load(std::memory_order_acquire) != chunks; ++spins) {
       if (spins < kSpinRounds) {
         SHARDFLOW_CPU_RELAX();
       } else {
@@ -69,10 +84,21 @@ class KernelPool {
   }
 
  private:
-  void run_part(int64_t part) const {
-    const int64_t begin = std::min(count_, part * part_size_);
-    const int64_t end = std::min(count_, begin + part_size_);
-    if (begin < end) fn_(body_, begin, end);
+  // Takes and runs chunks of the job of this generation until none is left.
+  void run_chunks(uint32_t generation) {
+    uint64_t word = claims_.load(std::memory_order_acquire);
+    for (;;) {
+      const uint64_t next = word & kChunkMask;
+      if (word >> 32 != generation || next >= ((word >> 16) & kChunkMask)) return;
+      if (!claims_.compare_exchange_weak(word, word + 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
+        continue;
+      }
+      // The job cannot end before this chunk is done: its fields stay put.
+      const int64_t begin = static_cast<int64_t>(next) * chunk_size_;
+      fn_(body_, begin, std::min(count_, begin + chunk_size_));
+      done_.fetch_add(1, std::memory_order_release);
+      word = claims_.load(std::memory_order_acquire);
+    }
   }
 
   void work(int index, uint64_t seen) {
@@ -88,21 +114,21 @@ class KernelPool {
       }
       seen = word;
       if (static_cast<uint64_t>(index) > (word & kWorkerMask)) continue;  // not in this job
-      run_part(index);
-      remaining_.fetch_sub(1, std::memory_order_acq_rel);
+      run_chunks(static_cast<uint32_t>(word >> kWorkerBits));
     }
   }
 
   std::mutex busy_;
   std::vector<std::thread> workers_;
-  uint64_t job_ = 0;
+  uint32_t generation_ = 0;
   std::atomic<uint64_t> job_word_{0};
-  std::atomic<int> remaining_{0};
-  // The job; written before job_word_ is published, read by the workers
-  // that take part, unchanged until they all report back.
+  std::atomic<uint64_t> claims_{0};
+  std::atomic<uint64_t> done_{0};
+  // The job; written before claims_ is published, read only by a thread
+  // holding one of its chunks.
   RangeFn fn_ = nullptr;
   const void* body_ = nullptr;
-  int64_t count_ = 0, part_size_ = 0;
+  int64_t count_ = 0, chunk_size_ = 0;
 };
 
 std::atomic<int64_t> parallel_calls{0};
@@ -111,12 +137,14 @@ std::atomic<int64_t> parallel_calls{0};
 
 void parallel_for_impl(int64_t count, int64_t min_part, int64_t align, RangeFn fn, const void* body) {
   if (count <= 0) return;
+  align = std::max<int64_t>(align, 1);
   const int64_t most_parts = count / std::max<int64_t>(min_part, 1);
   const int parts = static_cast<int>(std::min({int64_t{kernel_threads()}, most_parts, kMaxParts}));
   if (parts > 1) {
-    int64_t part_size = (count + parts - 1) / parts;
-    part_size = (part_size + align - 1) / align * align;
-    if (KernelPool::instance().run(parts, count, part_size, fn, body)) {
+    const int64_t chunks = std::min(parts * kChunksPerThread, kMaxChunks);
+    int64_t chunk_size = (count + chunks - 1) / chunks;
+    chunk_size = (chunk_size + align - 1) / align * align;
+    if (KernelPool::instance().run(parts, count, chunk_size, fn, body)) {
       parallel_calls.fetch_add(1, std::memory_order_relaxed);
       return;
     }

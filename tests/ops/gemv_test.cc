@@ -8,22 +8,13 @@
 #include <thread>
 #include <vector>
 
+#include "op_test_util.h"
 #include "shardflow/tensor/gemm.h"
 
 namespace sf = shardflow;
+using shardflow::testing_util::KernelThreads;
 
 namespace {
-
-class KernelThreads {
- public:
-  explicit KernelThreads(int threads) : previous_(sf::kernel_threads()) { sf::set_kernel_threads(threads); }
-  ~KernelThreads() { sf::set_kernel_threads(previous_); }
-  KernelThreads(const KernelThreads&) = delete;
-  KernelThreads& operator=(const KernelThreads&) = delete;
-
- private:
-  int previous_;
-};
 
 std::vector<float> random_floats(int64_t count, uint32_t seed) {
   std::mt19937 rng(seed);

@@ -13,6 +13,7 @@
 #include "shardflow/ir/binding.h"
 #include "shardflow/ops/ops.h"
 #include "shardflow/tensor/dense_tensor.h"
+#include "shardflow/tensor/gemm.h"
 
 namespace shardflow::testing_util {
 
@@ -35,6 +36,19 @@ struct TestArg {
   TestArg(const char* v) : constant(v) {}          // NOLINT
   TestArg(std::vector<int64_t> v) : constant(std::move(v)) {}  // NOLINT
   TestArg(DType v) : constant(v) {}                // NOLINT
+};
+
+// Sets the process's kernel threads for a scope (tests run with
+// OPENBLAS_NUM_THREADS=1, so split kernels need this to split).
+class KernelThreads {
+ public:
+  explicit KernelThreads(int threads) : previous_(kernel_threads()) { set_kernel_threads(threads); }
+  ~KernelThreads() { set_kernel_threads(previous_); }
+  KernelThreads(const KernelThreads&) = delete;
+  KernelThreads& operator=(const KernelThreads&) = delete;
+
+ private:
+  int previous_;
 };
 
 inline TestArg kw(std::string name, TestArg arg) {

@@ -1,0 +1,34 @@
+// Splitting one kernel call over the kernel threads, for the memory-bound
+// kernels that OpenBLAS does not serve (matrix-vector products and attention
+// of decode steps). The pool follows kernel_threads() (tensor/gemm.h), so a
+// multi-device runtime, which sets it to 1, gets inline execution: its device
+// threads are the parallelism there.
+#pragma once
+
+#include <cstdint>
+
+namespace shardflow {
+
+// Calls body(begin, end) on disjoint ranges that together cover [0, count)
+// exactly once, and returns when all are done. The ranges are handed out in
+// chunks to whichever thread is free, so a thread that starts late takes
+// fewer; a call runs on the calling thread alone when the pool is busy or
+// count has fewer than 2 * min_part items. Ranges start at multiples of
+// align. The body must not throw, and its result must not depend on how
+// [0, count) is split (write each output element from one range only).
+template <class Body>
+void parallel_for(int64_t count, int64_t min_part, int64_t align, const Body& body);
+
+namespace detail {
+using RangeFn = void (*)(const void* body, int64_t begin, int64_t end);
+void parallel_for_impl(int64_t count, int64_t min_part, int64_t align, RangeFn fn, const void* body);
+}  // namespace detail
+
+template <class Body>
+void parallel_for(int64_t count, int64_t min_part, int64_t align, const Body& body) {
+  detail::parallel_for_impl(count, min_part, align,
+                            [](const void* b, int64_t begin, int64_t end) { (*static_cast<const Body*>(b))(begin, end); },
+                            &body);
+}
+
+}  // namespace shardflow

@@ -1,0 +1,84 @@
+// parallel_for: every index of [0, count) is visited exactly once, in ranges
+// that start at multiples of align, for any thread count, split and rhythm
+// of calls.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "op_test_util.h"
+#include "shardflow/tensor/parallel.h"
+
+namespace sf = shardflow;
+using shardflow::testing_util::KernelThreads;
+
+namespace {
+
+// Counts the visits of each index; checks each range's alignment and bounds.
+struct Visits {
+  explicit Visits(int64_t count) : counts(static_cast<std::size_t>(count)) {}
+  std::vector<std::atomic<int>> counts;
+  std::atomic<int> bad_ranges{0};
+
+  void visit(int64_t begin, int64_t end, int64_t align) {
+    if (begin % align != 0 || begin >= end || end > static_cast<int64_t>(counts.size())) ++bad_ranges;
+    for (int64_t i = begin; i < end; ++i) counts[static_cast<std::size_t>(i)].fetch_add(1);
+  }
+  int64_t miscounted() const {
+    int64_t wrong = 0;
+    for (const std::atomic<int>& c : counts) wrong += c.load() != 1;
+    return wrong;
+  }
+};
+
+TEST(ParallelFor, VisitsEveryIndexOnceForAnySplit) {
+  for (int threads : {1, 2, 3, 5}) {
+    const KernelThreads scope(threads);
+    for (int64_t count : {0, 1, 7, 64, 1000, 100003}) {
+      for (int64_t min_part : {1, 10, 1000}) {
+        for (int64_t align : {1, 8, 16}) {
+          Visits visits(count);
+          sf::parallel_for(count, min_part, align, [&](int64_t begin, int64_t end) { visits.visit(begin, end, align); });
+          EXPECT_EQ(visits.miscounted(), 0) << threads << " threads, count " << count << ", min_part " << min_part
+                                            << ", align " << align;
+          EXPECT_EQ(visits.bad_ranges.load(), 0) << threads << " threads, count " << count << ", align " << align;
+        }
+      }
+    }
+  }
+}
+
+// Jobs back to back, most shorter than a worker's wake-up: a worker that
+// arrives after its job ended must not run any part of the next one.
+TEST(ParallelFor, ShortJobsInARowEachRunExactlyOnce) {
+  const KernelThreads three(3);
+  for (int job = 0; job < 20000; ++job) {
+    const int64_t count = 16 + job % 50;
+    Visits visits(count);
+    sf::parallel_for(count, 1, 1, [&](int64_t begin, int64_t end) { visits.visit(begin, end, 1); });
+    ASSERT_EQ(visits.miscounted(), 0) << "job " << job;
+    ASSERT_EQ(visits.bad_ranges.load(), 0) << "job " << job;
+  }
+}
+
+// Callers on several threads share one pool: whoever finds it busy runs its
+// job alone, and every job is complete when its call returns.
+TEST(ParallelFor, ConcurrentCallersEachGetTheirWholeJob) {
+  const KernelThreads two(2);
+  std::atomic<int> failures{0};
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 4; ++t) {
+    callers.emplace_back([&failures] {
+      for (int job = 0; job < 2000; ++job) {
+        Visits visits(257);
+        sf::parallel_for(257, 4, 1, [&](int64_t begin, int64_t end) { visits.visit(begin, end, 1); });
+        if (visits.miscounted() != 0 || visits.bad_ranges.load() != 0) ++failures;
+      }
+    });
+  }
+  for (std::thread& caller : callers) caller.join();
+  EXPECT_EQ(failures.load(), 0);
+}
+
+}  // namespace
