@@ -14,6 +14,7 @@
 #include "families.h"
 #include "kernel_util.h"
 #include "shardflow/base/error.h"
+#include "shardflow/tensor/parallel.h"
 
 namespace shardflow::ops {
 namespace {
@@ -144,21 +145,23 @@ DenseTensor attention_kernel(const OpArgs& args, std::span<const DenseTensor> in
   const float* k = in[1].data_as<float>();
   const float* v = in[2].data_as<float>();
   float* o = out.data_as<float>();
-  std::vector<float> weights(static_cast<std::size_t>(s.keys));
-  std::vector<int64_t> seen(static_cast<std::size_t>(s.keys));
-  for (int64_t b = 0; b < batches; ++b) {
-    int64_t mask_base = 0;
-    for (int64_t rest = b, d = static_cast<int64_t>(s.batch.size()); d-- > 0;) {
-      mask_base += (rest % s.batch[static_cast<std::size_t>(d)]) * mask_strides[static_cast<std::size_t>(d)];
-      rest /= s.batch[static_cast<std::size_t>(d)];
-    }
-    const float* kb = k + b * s.keys * s.depth;
-    const float* vb = v + b * s.keys * s.value_depth;
-    for (int64_t l = 0; l < s.queries; ++l) {
-      const float* qrow = q + (b * s.queries + l) * s.depth;
-      float* orow = o + (b * s.queries + l) * s.value_depth;
-      const int64_t mask_row = mask_base + l * mask_strides[mask_strides.size() - 2];
-      const int64_t key_stride = mask_strides.back();
+  const int64_t key_stride = mask_strides.back();
+  // One query row of one batch entry; rows are independent, so they split
+  // over the kernel threads with the same bits for any split.
+  const auto attend_rows = [&](int64_t row_begin, int64_t row_end) {
+    std::vector<float> weights(static_cast<std::size_t>(s.keys));
+    std::vector<int64_t> seen(static_cast<std::size_t>(s.keys));
+    for (int64_t row = row_begin; row < row_end; ++row) {
+      const int64_t b = row / s.queries, l = row % s.queries;
+      int64_t mask_row = l * mask_strides[mask_strides.size() - 2];
+      for (int64_t rest = b, d = static_cast<int64_t>(s.batch.size()); d-- > 0;) {
+        mask_row += (rest % s.batch[static_cast<std::size_t>(d)]) * mask_strides[static_cast<std::size_t>(d)];
+        rest /= s.batch[static_cast<std::size_t>(d)];
+      }
+      const float* kb = k + b * s.keys * s.depth;
+      const float* vb = v + b * s.keys * s.value_depth;
+      const float* qrow = q + row * s.depth;
+      float* orow = o + row * s.value_depth;
       // Scores of the visible keys only.
       int64_t count = 0;
       float top = -std::numeric_limits<float>::infinity();
@@ -196,7 +199,10 @@ DenseTensor attention_kernel(const OpArgs& args, std::span<const DenseTensor> in
         for (int64_t e = 0; e < s.value_depth; ++e) orow[e] += p * vrow[e];
       }
     }
-  }
+  };
+  // A part should read some tens of KiB of keys and values to pay for a thread.
+  const int64_t row_bytes = 4 * std::max<int64_t>(s.keys * (s.depth + s.value_depth), 1);
+  parallel_for(batches * s.queries, std::max<int64_t>(1, (64 << 10) / row_bytes), 1, attend_rows);
   return out;
 }
 

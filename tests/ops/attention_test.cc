@@ -2,6 +2,7 @@
 // computed in double with plain loops; hidden keys are never read.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <limits>
 
@@ -166,6 +167,37 @@ TEST(AttentionOps, ARowThatSeesNoKeyIsNaNAsInPyTorch) {
   const auto out = to_doubles(call("aten::scaled_dot_product_attention", arguments(c, q, k, v, &mask)));
   for (int e = 0; e < 4; ++e) EXPECT_TRUE(std::isnan(out[static_cast<std::size_t>(e)]));
   for (int e = 0; e < 4; ++e) EXPECT_FLOAT_EQ(out[static_cast<std::size_t>(4 + e)], element(v, e));
+}
+
+// Query rows split over the kernel threads; each row is computed in one
+// order, so a decode step gives the same bits on any core count.
+TEST(AttentionOps, GivesTheSameBitsOnAnyNumberOfKernelThreads) {
+  std::mt19937 rng(9);
+  for (const Case& c : {Case{{2, 6}, 1, 300, 64, 64, {1, 300}, true, false, std::nullopt},  // decode, cache of 300
+                        Case{{3}, 40, 40, 32, 16, {}, true, true, std::nullopt}}) {         // causal prefill
+    const auto q = random_tensor(sf::DType::kF32, with(c.batch, c.queries, c.depth), rng);
+    const auto k = random_tensor(sf::DType::kF32, with(c.batch, c.keys, c.depth), rng);
+    const auto v = random_tensor(sf::DType::kF32, with(c.batch, c.keys, c.value_depth), rng);
+    std::optional<sf::DenseTensor> mask;
+    if (!c.mask_shape.empty()) mask = random_tensor(sf::DType::kBool, c.mask_shape, rng);
+    const auto args = arguments(c, q, k, v, mask ? &*mask : nullptr);
+    std::vector<double> single;
+    {
+      const KernelThreads one(1);
+      single = to_doubles(call("aten::scaled_dot_product_attention", args));
+    }
+    for (int threads : {2, 3}) {
+      const KernelThreads many(threads);
+      const int64_t split_before = sf::parallel_kernel_calls();
+      const std::vector<double> split = to_doubles(call("aten::scaled_dot_product_attention", args));
+      EXPECT_GT(sf::parallel_kernel_calls(), split_before) << c.keys << " keys: the call was not split";
+      ASSERT_EQ(split.size(), single.size());
+      for (std::size_t i = 0; i < split.size(); ++i) {
+        ASSERT_EQ(std::bit_cast<uint64_t>(split[i]), std::bit_cast<uint64_t>(single[i]))
+            << threads << " threads, element " << i;
+      }
+    }
+  }
 }
 
 TEST(AttentionOps, BadArgumentsAreClearErrors) {
