@@ -127,7 +127,8 @@ class Model {
 
   Weights weights_;
   std::optional<ShardingPlan> plan_;
-  Tensor rope_cos_, rope_sin_;  // [seq_len, hd/2]
+  Tensor rope_cos_, rope_sin_;  // [seq_len, hd]: per element of a head, see rotary()
+  Tensor rope_pair_swap_;        // [hd] i64: 1, 0, 3, 2, ...
   std::shared_ptr<CompiledFunction> prefill_, decode_;
 };
 

@@ -22,14 +22,12 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
 }
 
 // Rotates the interleaved pairs (x[2i], x[2i+1]) of the last dim of
-// x [B,T,H,hd] by the angles whose cos and sin are [T, hd/2].
-Tensor rotary(const Tensor& x, const Tensor& cos_t, const Tensor& sin_t) {
-  const Shape shape = x.shape();
-  const int64_t half = shape[3] / 2;
-  const Tensor pairs = x.reshape({shape[0], shape[1], shape[2], half, 2});
-  const Tensor even = pairs.select(4, 0), odd = pairs.select(4, 1);
-  const Tensor c = cos_t.unsqueeze(1), s = sin_t.unsqueeze(1);  // [T,1,hd/2]
-  return stack({even * c - odd * s, even * s + odd * c}, 4).reshape(shape);
+// x [B,T,H,hd] by angle a_i: (x0 c - x1 s, x1 c + x0 s). With the tables
+// laid out per element, cos = (c0, c0, c1, c1, ...) and sin = (-s0, s0, -s1,
+// s1, ...) [T,1,hd], that is x * cos + swap(x) * sin, where swap exchanges
+// the two of each pair: four ops, each over all of x.
+Tensor rotary(const Tensor& x, const Tensor& cos_t, const Tensor& sin_t, const Tensor& pair_swap) {
+  return x * cos_t + index_select(x, 3, pair_swap) * sin_t;
 }
 
 void lay_out(Tensor& t, const ShardingPlan& plan, const std::string& role) {
@@ -69,20 +67,25 @@ Model::Model(Weights weights, std::optional<ShardingPlan> plan) : weights_(std::
     }
   }
   // Rotary tables, angle(pos, i) = pos * theta^(-2i/hd), in double so that
-  // long positions keep their precision.
-  const int64_t half = c.head_dim() / 2;
-  std::vector<float> cos_values(static_cast<std::size_t>(c.seq_len * half));
+  // long positions keep their precision; one entry per element of a head.
+  const int64_t hd = c.head_dim();
+  std::vector<float> cos_values(static_cast<std::size_t>(c.seq_len * hd));
   std::vector<float> sin_values(cos_values.size());
   for (int64_t pos = 0; pos < c.seq_len; ++pos) {
-    for (int64_t i = 0; i < half; ++i) {
-      const double freq = std::pow(c.rope_theta, -2.0 * static_cast<double>(i) / static_cast<double>(c.head_dim()));
+    for (int64_t i = 0; i < hd / 2; ++i) {
+      const double freq = std::pow(c.rope_theta, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
       const double angle = static_cast<double>(pos) * freq;
-      cos_values[static_cast<std::size_t>(pos * half + i)] = static_cast<float>(std::cos(angle));
-      sin_values[static_cast<std::size_t>(pos * half + i)] = static_cast<float>(std::sin(angle));
+      const auto at = static_cast<std::size_t>(pos * hd + 2 * i);
+      cos_values[at] = cos_values[at + 1] = static_cast<float>(std::cos(angle));
+      sin_values[at] = -static_cast<float>(std::sin(angle));
+      sin_values[at + 1] = static_cast<float>(std::sin(angle));
     }
   }
-  rope_cos_ = Tensor::from_floats(cos_values, {c.seq_len, half});
-  rope_sin_ = Tensor::from_floats(sin_values, {c.seq_len, half});
+  rope_cos_ = Tensor::from_floats(cos_values, {c.seq_len, hd});
+  rope_sin_ = Tensor::from_floats(sin_values, {c.seq_len, hd});
+  std::vector<int64_t> swap(static_cast<std::size_t>(hd));
+  for (int64_t i = 0; i < hd; ++i) swap[static_cast<std::size_t>(i)] = i ^ 1;
+  rope_pair_swap_ = Tensor::from_ints(swap, {hd});
   auto body = [this](const std::vector<Tensor>& inputs) { return step(inputs); };
   // The step's ops depend only on its inputs' types and the model, so a
   // signature guard suffices (no symbolic re-run of the step per token).
@@ -120,8 +123,8 @@ std::vector<Tensor> Model::step(const std::vector<Tensor>& inputs) const {
   const int64_t batch = tokens.size(0), length = tokens.size(1), hd = c.head_dim();
   const int64_t group = c.n_heads / c.n_kv_heads;  // query heads per key/value head
 
-  const Tensor cos_t = index_select(rope_cos_, 0, positions);
-  const Tensor sin_t = index_select(rope_sin_, 0, positions);
+  const Tensor cos_t = index_select(rope_cos_, 0, positions).unsqueeze(1);  // [T,1,hd]
+  const Tensor sin_t = index_select(rope_sin_, 0, positions).unsqueeze(1);
   // Query t sees cache slot s when s <= positions[t]; the same mask serves
   // prefill (causal) and decode (everything written so far).
   Tensor visible = le(arange(c.seq_len).unsqueeze(0), positions.unsqueeze(1));  // [T,S]
@@ -133,8 +136,8 @@ std::vector<Tensor> Model::step(const std::vector<Tensor>& inputs) const {
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& w = weights_.layers[static_cast<std::size_t>(l)];
     const Tensor h = rms_norm(x, w.attention_norm, c.norm_eps);
-    Tensor q = rotary(linear(h, w.wq).reshape({batch, length, c.n_heads, hd}), cos_t, sin_t);
-    Tensor k = rotary(linear(h, w.wk).reshape({batch, length, c.n_kv_heads, hd}), cos_t, sin_t);
+    Tensor q = rotary(linear(h, w.wq).reshape({batch, length, c.n_heads, hd}), cos_t, sin_t, rope_pair_swap_);
+    Tensor k = rotary(linear(h, w.wk).reshape({batch, length, c.n_kv_heads, hd}), cos_t, sin_t, rope_pair_swap_);
     Tensor v = linear(h, w.wv).reshape({batch, length, c.n_kv_heads, hd});
     const std::size_t slot = 2 + 2 * static_cast<std::size_t>(l);
     const Tensor keys = annotate(index_copy(inputs.at(slot), 2, positions, k.transpose(1, 2)), "kv_cache");
