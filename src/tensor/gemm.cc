@@ -16,16 +16,14 @@ void gemm_f32(const GemmShape& s, const float* a, const float* b, float* c, bool
     if (!accumulate) std::memset(c, 0, static_cast<std::size_t>(s.m * s.n) * sizeof(float));
     return;
   }
-  if (s.m <= 2 && !s.transpose_a) {
-    // A row or two (decode steps): sgemm would first pack all of B, a full
-    // extra pass over the weights; matrix-vector products stream B once.
-    for (int64_t i = 0; i < s.m; ++i) {
-      if (s.transpose_b) {
-        detail::gemv_f32(s.n, s.k, b, a + i * s.k, c + i * s.n, accumulate);
-      } else {
-        detail::gemv_transposed_f32(s.n, s.k, b, a + i * s.k, c + i * s.n, accumulate);
-      }
-    }
+  // A few rows (decode steps): sgemm would first pack all of B, a full extra
+  // pass over the weights; these kernels stream B once.
+  if (!s.transpose_a && s.transpose_b && s.m <= detail::kMaxGemvRows) {
+    detail::gemv_f32(s.m, s.n, s.k, b, a, c, accumulate);
+    return;
+  }
+  if (!s.transpose_a && !s.transpose_b && s.m <= 2) {
+    for (int64_t i = 0; i < s.m; ++i) detail::gemv_transposed_f32(s.n, s.k, b, a + i * s.k, c + i * s.n, accumulate);
     return;
   }
   const auto lda = static_cast<int>(s.transpose_a ? s.m : s.k);

@@ -23,9 +23,10 @@ struct Vec {
   static T broadcast(float x) { return _mm512_set1_ps(x); }
   static T fma(T a, T b, T c) { return _mm512_fmadd_ps(a, b, c); }
   // GCC 12 flags the intrinsic's deliberately undefined register as
-  // maybe-uninitialized where it is inlined.
+  // (maybe-)uninitialized where it is inlined.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
   static float sum(T v) { return _mm512_reduce_add_ps(v); }
 #pragma GCC diagnostic pop
 };
@@ -61,61 +62,71 @@ struct Vec {
 // than it saves.
 constexpr int64_t kMinElementsPerPart = 16384;
 
-// out[j] = row j of the `kRows` rows at w, dotted with x. Eight rows share
-// each load of x and keep eight loads from memory in flight: on short rows
-// (k of a few hundred) that reads 10-25% faster than four. `ahead`, if not
-// null, is the next block of rows: it is prefetched line by line in the same
-// pattern, which the hardware prefetcher does not do for rows this short
-// (another 10-20%).
-template <int kRows>
-void dot_rows(const float* w, int64_t k, const float* x, const float* ahead, float out[kRows]) {
-  Vec::T acc[kRows];
+// out[b][j] = row j of the `kRows` rows at w, dotted with row b of the
+// `kBatch` rows of x (ldx apart). Each element is one chain of lane-wise
+// FMAs, then a lane sum and the scalar tail: the same order for any kRows
+// and kBatch, so a row of x gets the same bits alone or in a batch. Eight
+// rows keep eight loads from memory in flight: on short rows (k of a few
+// hundred) that reads 10-25% faster than four; with more rows of x the
+// accumulators limit the block. `ahead`, if not null, is the next block of
+// rows: it is prefetched line by line in the same pattern, which the
+// hardware prefetcher does not do for rows this short (another 10-20%).
+template <int kRows, int kBatch>
+void dot_block(const float* w, int64_t k, const float* x, int64_t ldx, const float* ahead,
+               float out[kBatch][kRows]) {
+  Vec::T acc[kBatch][kRows];
 #pragma GCC unroll 8
-  for (int j = 0; j < kRows; ++j) acc[j] = Vec::zero();
+  for (int b = 0; b < kBatch; ++b) {
+#pragma GCC unroll 8
+    for (int j = 0; j < kRows; ++j) acc[b][j] = Vec::zero();
+  }
   int64_t i = 0;
   for (; i + Vec::kLanes <= k; i += Vec::kLanes) {
-    const Vec::T xv = Vec::load(x + i);
+    Vec::T xv[kBatch];
+#pragma GCC unroll 8
+    for (int b = 0; b < kBatch; ++b) xv[b] = Vec::load(x + b * ldx + i);
 #pragma GCC unroll 8
     for (int j = 0; j < kRows; ++j) {
       // One prefetch per 64-byte line of the next block.
       if (ahead != nullptr && (i * 4) % 64 < Vec::kLanes * 4) __builtin_prefetch(ahead + j * k + i, 0, 3);
-      acc[j] = Vec::fma(Vec::load(w + j * k + i), xv, acc[j]);
+      const Vec::T wv = Vec::load(w + j * k + i);
+#pragma GCC unroll 8
+      for (int b = 0; b < kBatch; ++b) acc[b][j] = Vec::fma(wv, xv[b], acc[b][j]);
     }
   }
-  for (int j = 0; j < kRows; ++j) {
-    float sum = Vec::sum(acc[j]);
-    for (int64_t t = i; t < k; ++t) sum += w[j * k + t] * x[t];
-    out[j] = sum;
+  for (int b = 0; b < kBatch; ++b) {
+    for (int j = 0; j < kRows; ++j) {
+      float sum = Vec::sum(acc[b][j]);
+      for (int64_t t = i; t < k; ++t) sum += w[j * k + t] * x[b * ldx + t];
+      out[b][j] = sum;
+    }
   }
 }
 
-float dot1(const float* w, int64_t k, const float* x) {
-  Vec::T a = Vec::zero();
-  int64_t i = 0;
-  for (; i + Vec::kLanes <= k; i += Vec::kLanes) a = Vec::fma(Vec::load(w + i), Vec::load(x + i), a);
-  float s = Vec::sum(a);
-  for (; i < k; ++i) s += w[i] * x[i];
-  return s;
-}
-
-void gemv_rows(int64_t begin, int64_t end, int64_t k, const float* b, const float* x, float* y, bool accumulate) {
-  const auto store = [&](int64_t r, const float* sums, int count) {
-    for (int j = 0; j < count; ++j) y[r + j] = accumulate ? y[r + j] + sums[j] : sums[j];
+// Rows [begin, end) of y = x B^T for kBatch rows of x: B is read once for
+// all of them.
+template <int kBatch>
+void gemv_rows(int64_t begin, int64_t end, int64_t k, const float* w, const float* x, int64_t ldx, float* y,
+               int64_t ldy, bool accumulate) {
+  // Accumulators for at most 16 (row, x row) pairs: 32 vector registers hold
+  // them with the loads beside.
+  constexpr int kBlock = kBatch <= 2 ? 8 : kBatch <= 4 ? 4 : 2;
+  const auto store = [&]<int kRows>(int64_t r, float sums[kBatch][kRows]) {
+    for (int b = 0; b < kBatch; ++b) {
+      float* row = y + b * ldy + r;
+      for (int j = 0; j < kRows; ++j) row[j] = accumulate ? row[j] + sums[b][j] : sums[b][j];
+    }
   };
   int64_t r = begin;
-  for (; r + 8 <= end; r += 8) {
-    float sums[8];
-    dot_rows<8>(b + r * k, k, x, r + 16 <= end ? b + (r + 8) * k : nullptr, sums);
-    store(r, sums, 8);
-  }
-  for (; r + 4 <= end; r += 4) {
-    float sums[4];
-    dot_rows<4>(b + r * k, k, x, nullptr, sums);
-    store(r, sums, 4);
+  for (; r + kBlock <= end; r += kBlock) {
+    float sums[kBatch][kBlock];
+    dot_block<kBlock, kBatch>(w + r * k, k, x, ldx, r + 2 * kBlock <= end ? w + (r + kBlock) * k : nullptr, sums);
+    store.template operator()<kBlock>(r, sums);
   }
   for (; r < end; ++r) {
-    const float s = dot1(b + r * k, k, x);
-    store(r, &s, 1);
+    float sums[kBatch][1];
+    dot_block<1, kBatch>(w + r * k, k, x, ldx, nullptr, sums);
+    store.template operator()<1>(r, sums);
   }
 }
 
@@ -143,9 +154,31 @@ void gemv_columns(int64_t begin, int64_t end, int64_t n, int64_t k, const float*
 
 }  // namespace
 
-void gemv_f32(int64_t n, int64_t k, const float* b, const float* x, float* y, bool accumulate) {
+void gemv_f32(int64_t m, int64_t n, int64_t k, const float* b, const float* x, float* y, bool accumulate) {
   const int64_t min_rows = std::max<int64_t>(8, kMinElementsPerPart / std::max<int64_t>(k, 1));
-  parallel_for(n, min_rows, 8, [&](int64_t begin, int64_t end) { gemv_rows(begin, end, k, b, x, y, accumulate); });
+  // The first rows of x: one template per count, so each keeps its
+  // accumulators in registers.
+  const auto rows_of = [&]<int kBatch>(const float* x_rows, float* y_rows) {
+    parallel_for(n, min_rows, 8, [&](int64_t begin, int64_t end) {
+      gemv_rows<kBatch>(begin, end, k, b, x_rows, k, y_rows, n, accumulate);
+    });
+  };
+  for (int64_t done = 0; done < m;) {
+    const float* x_rows = x + done * k;
+    float* y_rows = y + done * n;
+    const int64_t rows = std::min(m - done, kMaxGemvRows);
+    switch (rows) {
+      case 1: rows_of.template operator()<1>(x_rows, y_rows); break;
+      case 2: rows_of.template operator()<2>(x_rows, y_rows); break;
+      case 3: rows_of.template operator()<3>(x_rows, y_rows); break;
+      case 4: rows_of.template operator()<4>(x_rows, y_rows); break;
+      case 5: rows_of.template operator()<5>(x_rows, y_rows); break;
+      case 6: rows_of.template operator()<6>(x_rows, y_rows); break;
+      case 7: rows_of.template operator()<7>(x_rows, y_rows); break;
+      default: rows_of.template operator()<8>(x_rows, y_rows); break;
+    }
+    done += rows;
+  }
 }
 
 void gemv_transposed_f32(int64_t n, int64_t k, const float* b, const float* x, float* y, bool accumulate) {

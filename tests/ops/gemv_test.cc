@@ -1,8 +1,9 @@
-// The decode-step GEMM path (one or two rows of A): our matrix-vector kernels
-// against a double-precision reference, and the same bits for any number of
-// kernel threads.
+// The decode-step GEMM path (a few rows of A): our matrix-vector kernels
+// against a double-precision reference, the same bits for any number of
+// kernel threads, and for a row alone or in a batch.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <thread>
@@ -67,6 +68,8 @@ const std::vector<Case> kShapes = {
     {1, 37, 100, false, true},  {2, 300, 288, true, false}, {1, 1000, 33, false, false},
     {1, 4099, 64, true, true},  {2, 257, 129, false, true}, {1, 768, 288, true, false},
     {1, 0, 7, true, false},     {1, 5, 0, false, false},    {1, 6, 0, true, true},
+    {3, 100, 70, true, false},  {4, 515, 288, true, true},  {5, 33, 17, true, false}, {8, 260, 96, true, true},
+    {7, 9, 300, true, false},   {9, 64, 40, true, false},   {3, 40, 50, false, false},
 };
 
 TEST(Gemv, MatchesADoublePrecisionReferenceOnOneThread) {
@@ -83,7 +86,8 @@ TEST(Gemv, MatchesADoublePrecisionReferenceOnThreeThreads) {
 // decode step gives the same bits on any core count.
 TEST(Gemv, GivesTheSameBitsForAnyThreadCount) {
   for (const Case& c : {Case{1, 2053, 300, true, false}, Case{2, 4096, 96, true, true},
-                        Case{1, 3001, 160, false, false}, Case{2, 1500, 400, false, true}}) {
+                        Case{1, 3001, 160, false, false}, Case{2, 1500, 400, false, true},
+                        Case{4, 1030, 288, true, false}, Case{7, 600, 130, true, true}}) {
     const auto a = random_floats(c.m * c.k, 4);
     const auto b = random_floats(c.n * c.k, 5);
     const auto c_in = random_floats(c.m * c.n, 6);
@@ -106,6 +110,22 @@ TEST(Gemv, SmallProductsStayOnTheCallingThread) {
   const int64_t split_before = sf::parallel_kernel_calls();
   expect_matches_reference({1, 64, 64, true, false});
   EXPECT_EQ(sf::parallel_kernel_calls(), split_before);
+}
+
+// A batch of decode rows reads the weights once, and each row gets the bits
+// it gets alone: batch size does not change a sequence's tokens.
+TEST(Gemv, EachRowOfABatchGetsTheBitsItGetsAlone) {
+  const int64_t n = 517, k = 291;
+  const auto b = random_floats(n * k, 8);
+  for (int64_t m = 2; m <= 8; ++m) {
+    const auto a = random_floats(m * k, 9 + static_cast<uint32_t>(m));
+    const std::vector<float> batch = run({m, n, k, true, false}, a, b, std::vector<float>(static_cast<std::size_t>(m * n)));
+    for (int64_t i = 0; i < m; ++i) {
+      const std::vector<float> row(a.begin() + i * k, a.begin() + (i + 1) * k);
+      const std::vector<float> alone = run({1, n, k, true, false}, row, b, std::vector<float>(static_cast<std::size_t>(n)));
+      EXPECT_TRUE(std::equal(alone.begin(), alone.end(), batch.begin() + i * n)) << "row " << i << " of " << m;
+    }
+  }
 }
 
 // Threads that multiply at the same time share one pool: whoever finds it

@@ -1,8 +1,8 @@
 // Single-precision GEMM: C = A · B (row-major, with optional transposes).
-// OpenBLAS multiplies matrices; one or two rows of A (decode steps) go to our
-// own matrix-vector kernels, which stream B once at close to memory
-// bandwidth. Keeping the BLAS header out of this file keeps it cheap to
-// include.
+// OpenBLAS multiplies matrices; a few rows of A (decode steps: up to 8
+// against a weight stored out x in, 2 otherwise) go to our own
+// matrix-vector kernels, which stream B once at close to memory bandwidth.
+// Keeping the BLAS header out of this file keeps it cheap to include.
 #pragma once
 
 #include <cstdint>
