@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "families.h"
@@ -165,9 +166,21 @@ DenseTensor attention_kernel(const OpArgs& args, std::span<const DenseTensor> in
       // Scores of the visible keys only.
       int64_t count = 0;
       float top = -std::numeric_limits<float>::infinity();
-      for (int64_t key = 0; key < s.keys; ++key) {
+      const int64_t key_end = causal ? std::min(s.keys, l + 1) : s.keys;
+      // A bool mask along contiguous keys is skipped eight hidden keys at a
+      // time: a decode step's mask hides the whole unwritten cache.
+      const bool* bool_row =
+          mask != nullptr && mask->dtype() == DType::kBool && key_stride == 1 ? mask->data_as<bool>() + mask_row : nullptr;
+      for (int64_t key = 0; key < key_end; ++key) {
+        if (bool_row != nullptr && key + 8 <= key_end) {
+          uint64_t eight = 0;
+          std::memcpy(&eight, bool_row + key, sizeof eight);
+          if (eight == 0) {
+            key += 7;
+            continue;
+          }
+        }
         float bias = 0;
-        if (causal && key > l) continue;
         if (mask != nullptr) {
           const int64_t at = mask_row + key * key_stride;
           if (mask->dtype() == DType::kBool) {
