@@ -15,6 +15,9 @@
 //                                 each right after its own bandwidth probe
 //   collectives, vs_megatron      collectives per decode step; ratio to the
 //                                 Megatron minimum (2 all-reduces per layer)
+//   bytes_vs_megatron             bytes each device sends per decode step in
+//                                 ring collectives, over what Megatron's 2
+//                                 all-reduces per layer of the activations send
 //   resident_MiB, resident_vs_1   weights + KV cache held per device (the
 //                                 largest device) and its ratio to one device
 //   peak_MiB, peak_vs_1           per-device peak: what the device holds plus
@@ -161,10 +164,21 @@ class StepMemory {
   std::vector<int64_t> before_;
 };
 
+// Bytes one device sends in a ring implementation of the collective over
+// groups of n (all-reduce = reduce-scatter + all-gather); bytes_per_device
+// is the whole buffer a reduce takes in or a gather puts out.
+double ring_bytes_sent(const sf::ProgramCollective& c) {
+  const double n = static_cast<double>(c.group_size), bytes = static_cast<double>(c.bytes_per_device);
+  if (c.kind == "all-reduce") return 2 * (n - 1) / n * bytes;
+  if (c.kind == "collective-permute") return bytes;
+  return (n - 1) / n * bytes;  // reduce-scatter, all-gather, all-to-all
+}
+
 struct Result {
   double prefill_tok_s = 0, decode_tok_s = 0, weight_bytes = 0;
   double bandwidth = 0, bw_fraction = 0;  // one device, batch 1
   int64_t collectives = 0, resident = 0, peak = 0;
+  double collective_bytes = 0, megatron_bytes = 0;  // sent per device per decode step
 };
 
 Result measure(const llama::Config& config, const std::vector<int64_t>& mesh_shape, int64_t batch, int64_t steps) {
@@ -226,6 +240,10 @@ Result measure(const llama::Config& config, const std::vector<int64_t>& mesh_sha
   }
   const std::vector<int64_t> decode_extra = decode_memory.extra();
   r.collectives = static_cast<int64_t>(model.decode_collectives().size());
+  for (const sf::ProgramCollective& c : model.decode_collectives()) r.collective_bytes += ring_bytes_sent(c);
+  const double model_axis = static_cast<double>(mesh_shape[2]);
+  const double activation_bytes = 4.0 * static_cast<double>(batch / mesh_shape[0] * config.dim);
+  r.megatron_bytes = 2.0 * static_cast<double>(config.n_layers) * 2 * (model_axis - 1) / model_axis * activation_bytes;
   std::vector<sf::Tensor> held{model.weights().tok_embeddings, model.weights().norm, model.weights().output};
   for (const llama::LayerWeights& l : model.weights().layers) {
     held.insert(held.end(), {l.attention_norm, l.wq, l.wk, l.wv, l.wo, l.ffn_norm, l.w1, l.w2, l.w3});
@@ -260,6 +278,7 @@ void Generate(benchmark::State& state, const std::string& name, std::vector<int6
   state.counters["decode_vs_1"] = r.decode_tok_s / one.decode_tok_s;
   state.counters["collectives"] = static_cast<double>(r.collectives);
   state.counters["vs_megatron"] = static_cast<double>(r.collectives) / static_cast<double>(2 * config.n_layers);
+  if (r.megatron_bytes > 0) state.counters["bytes_vs_megatron"] = r.collective_bytes / r.megatron_bytes;
   state.counters["resident_MiB"] = static_cast<double>(r.resident) / (1 << 20);
   state.counters["resident_vs_1"] = static_cast<double>(r.resident) / static_cast<double>(one.resident);
   state.counters["peak_MiB"] = static_cast<double>(r.peak) / (1 << 20);

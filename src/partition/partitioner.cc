@@ -236,6 +236,33 @@ class Partitioner {
     return false;
   }
 
+  // A contraction that some operands shard on `axes` and the others hold
+  // whole along: the whole ones can be sliced locally for free, leaving a
+  // partial sum to reduce (about the result's bytes); the alternative moves
+  // the sharded operands to the result's layout (at least a shard of each).
+  // Decode steps hit this with a weight sharded on its input features and
+  // an activation that had to be gathered (6 heads on 8 devices): slicing
+  // the activation reduces a few KiB where moving the weight sends 1/n of it
+  // every step. Slicing needs the whole operands not to use those axes.
+  bool slicing_whole_operands_is_cheaper(const std::vector<Value*>& operands, const std::vector<std::size_t>& whole,
+                                         const std::vector<int>& axes, const Node& node) const {
+    for (std::size_t o : whole) {
+      for (const std::vector<int>& dim : reps_.at(operands[o]).dims) {
+        for (int axis : dim) {
+          if (std::find(axes.begin(), axes.end(), axis) != axes.end()) return false;
+        }
+      }
+    }
+    int64_t devices = 1;
+    for (int axis : axes) devices *= mesh_.axis_size(axis);
+    int64_t result_bytes = 0, shard_bytes = 0;
+    for (const Value* result : node.outputs()) result_bytes += result->type().nbytes();
+    for (std::size_t o = 0; o < operands.size(); ++o) {
+      if (std::find(whole.begin(), whole.end(), o) == whole.end()) shard_bytes += operands[o]->type().nbytes() / devices;
+    }
+    return result_bytes < shard_bytes;
+  }
+
   void lower_op(const Node& node) {
     const OpDef& op = node.op();
     const std::vector<Value*> operands = node.inputs();
@@ -305,15 +332,21 @@ class Partitioner {
         if (rule.factors[f].kind != FactorKind::kReduction) continue;
         std::optional<std::vector<int>> agreed;
         bool all_agree = true;
+        std::vector<std::size_t> whole;  // operands that have the factor's dim whole
         for (std::size_t o = 0; o < operands.size(); ++o) {
           const bool has = std::any_of(rule.operands[o].begin(), rule.operands[o].end(), [&](const auto& factors) {
             return std::find(factors.begin(), factors.end(), static_cast<int>(f)) != factors.end();
           });
           if (!has) continue;
+          if (offered[o][f].empty()) {
+            whole.push_back(o);
+            continue;
+          }
           if (!agreed) agreed = offered[o][f];
           all_agree = all_agree && *agreed == offered[o][f];
         }
-        if (agreed && all_agree) take(f, *agreed);
+        if (!agreed || !all_agree) continue;
+        if (whole.empty() || slicing_whole_operands_is_cheaper(operands, whole, *agreed, node)) take(f, *agreed);
       }
       for (std::size_t r = 0; r < node.outputs().size(); ++r) {
         const DimAxes dims = effective_axes(mesh_, shardings_.sharding(node.outputs()[r]));

@@ -28,7 +28,9 @@ struct SpmdPrepared : PreparedGraph {
   std::vector<ProgramCollective> collectives() const override {
     std::vector<ProgramCollective> out;
     for (const CollectiveInfo& info : program.collectives) {
-      out.push_back({std::string(to_string(info.kind)), info.describe(*program.mesh), info.bytes_per_device});
+      int64_t group_size = 1;
+      for (int axis : info.axes) group_size *= program.mesh->axis_size(axis);
+      out.push_back({std::string(to_string(info.kind)), info.describe(*program.mesh), info.bytes_per_device, group_size});
     }
     return out;
   }

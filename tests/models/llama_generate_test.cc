@@ -104,6 +104,7 @@ std::map<std::string, int> decode_collectives(bool annotate_block_outputs) {
   for (const ProgramCollective& c : model.decode_collectives()) {
     ++kinds[c.kind];
     EXPECT_NE(c.description.find("over 'model'"), std::string::npos) << c.description;  // never the size-1 'fsdp'
+    EXPECT_EQ(c.group_size, 2) << c.description;
   }
   return kinds;
 }

@@ -1,5 +1,6 @@
 // Reference patterns (spmd-anchors §9): the exact collectives the partitioner
 // inserts for well-known shardings.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "shardflow/ir/text.h"
@@ -228,6 +229,29 @@ TEST(Patterns, LookupInAReplicatedTableSlicesTheResultNotTheTable) {
     EXPECT_EQ(sliced.shape, (sf::Shape{4, 8, 64})) << p.program.to_string(p.graph);
   }
   EXPECT_EQ(slices, 1) << p.program.to_string(p.graph);
+}
+
+// A weight sharded on its input features meets an activation that is whole
+// along them (gathered earlier: 6 heads do not split over 8 devices). Slicing
+// the activation locally and reduce-scattering the small result moves a few
+// KiB; moving the weight to the result's layout would send 1/8 of it on
+// every run. With a large activation and a small weight the reverse holds.
+std::vector<std::string> linear_against_a_weight_sharded_on_its_inputs(int64_t rows, int64_t out_features) {
+  const std::string mesh = R"M([0, 1, 2, 3, 4, 5, 6, 7], "(8,)", "('model',)")M";
+  const std::string x = fmt::format("f32[{},288]", rows), w = fmt::format("f32[{},288]", out_features),
+                    y = fmt::format("f32[{},{}]", rows, out_features);
+  const std::string text = "func @f(%x: " + x + ", %w: " + w + ") -> (" + y + ") {\n"
+                           "  %xa = " + annotate("x", "(None, None)", x, mesh) + "\n"
+                           "  %wa = " + annotate("w", "(None, 'model')", w, mesh) + "\n"
+                           "  %y = aten::linear(%xa, %wa) : " + y + "\n"
+                           "  %ya = " + annotate("y", "(None, 'model')", y, mesh) + "\n"
+                           "  return %ya\n}\n";
+  return summary(partition(text));
+}
+
+TEST(Patterns, ContractionShardedByTheWeightSlicesAWholeActivationWhenTheResultIsSmaller) {
+  EXPECT_EQ(linear_against_a_weight_sharded_on_its_inputs(1, 288), (std::vector<std::string>{"reduce-scatter model"}));
+  EXPECT_EQ(linear_against_a_weight_sharded_on_its_inputs(4096, 64), (std::vector<std::string>{"all-to-all model"}));
 }
 
 }  // namespace

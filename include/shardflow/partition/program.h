@@ -28,7 +28,8 @@ struct CollectiveInfo {
   CollectiveKind kind = CollectiveKind::kAllReduce;
   std::vector<int> axes;        // the mesh axes it runs over
   ReductionOp reduction = ReductionOp::kSum;
-  int64_t bytes_per_device = 0; // the local buffer it produces (or reduces, for all-reduce)
+  int64_t bytes_per_device = 0; // the larger local buffer: what a reduce takes in (all-reduce,
+                                // reduce-scatter), what a gather puts out (all-gather)
   const Value* value = nullptr; // the graph value it moves
   std::string reason;           // one line: why it is there, with the origin of the sharding
   // The device groups it runs in (one per combination of the other axes).

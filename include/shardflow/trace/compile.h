@@ -44,7 +44,8 @@ namespace shardflow {
 struct ProgramCollective {
   std::string kind;         // all-reduce, all-gather, reduce-scatter, all-to-all, collective-permute
   std::string description;  // "all-reduce over 'model' (2 MiB/device): <reason>"
-  int64_t bytes_per_device = 0;
+  int64_t bytes_per_device = 0;  // as CollectiveInfo (partition/program.h)
+  int64_t group_size = 1;        // devices in each group it runs in
 };
 
 class PreparedGraph {
