@@ -2,6 +2,8 @@
 // sampler's properties.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <random>
@@ -54,6 +56,24 @@ TEST(LlamaGenerate, SamplingIsSeededAndRowsDiffer) {
   EXPECT_TRUE(a.tokens[0] != a.tokens[1] || a.tokens[1] != a.tokens[2]);  // each row draws its own coins
   options.seed = 43;
   EXPECT_NE(generate(model, prompts, options).tokens, a.tokens);
+}
+
+// Greedy picks the first of the largest logits wherever it sits (any lane
+// of the vectorised scan, or the tail), and skips NaN.
+TEST(SampleToken, GreedyIsTheFirstMaximum) {
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> small(-3, 3);  // few values: many ties
+  for (std::size_t size : {1, 15, 16, 17, 33, 1000, 32003}) {
+    for (int trial = 0; trial < 20; ++trial) {
+      std::vector<float> logits(size);
+      for (float& x : logits) x = static_cast<float>(small(rng));
+      const auto expected = std::max_element(logits.begin(), logits.end()) - logits.begin();
+      EXPECT_EQ(sample_token(logits, 0, 1.0, 0.5), expected) << size << " logits, trial " << trial;
+    }
+  }
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(sample_token(std::vector<float>{nan, 1.0f, 2.0f, nan}, 0, 1.0, 0.5), 2);
+  EXPECT_EQ(sample_token(std::vector<float>{nan, nan}, 0, 1.0, 0.5), 0);
 }
 
 TEST(SampleToken, GreedyTemperatureAndNucleus) {

