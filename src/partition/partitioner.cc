@@ -333,10 +333,12 @@ class Partitioner {
         std::optional<std::vector<int>> agreed;
         bool all_agree = true;
         std::vector<std::size_t> whole;  // operands that have the factor's dim whole
+        bool every_operand_has_it = true;   // else it stays whole (see the bias check below)
         for (std::size_t o = 0; o < operands.size(); ++o) {
           const bool has = std::any_of(rule.operands[o].begin(), rule.operands[o].end(), [&](const auto& factors) {
             return std::find(factors.begin(), factors.end(), static_cast<int>(f)) != factors.end();
           });
+          every_operand_has_it = every_operand_has_it && has;
           if (!has) continue;
           if (offered[o][f].empty()) {
             whole.push_back(o);
@@ -345,7 +347,7 @@ class Partitioner {
           if (!agreed) agreed = offered[o][f];
           all_agree = all_agree && *agreed == offered[o][f];
         }
-        if (!agreed || !all_agree) continue;
+        if (!agreed || !all_agree || !every_operand_has_it) continue;
         if (whole.empty() || slicing_whole_operands_is_cheaper(operands, whole, *agreed, node)) take(f, *agreed);
       }
       for (std::size_t r = 0; r < node.outputs().size(); ++r) {

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "shardflow/ir/text.h"
 #include "shardflow/ops/ops.h"
 #include "shardflow/partition/program.h"
@@ -236,14 +238,16 @@ TEST(Patterns, LookupInAReplicatedTableSlicesTheResultNotTheTable) {
 // the activation locally and reduce-scattering the small result moves a few
 // KiB; moving the weight to the result's layout would send 1/8 of it on
 // every run. With a large activation and a small weight the reverse holds.
-std::vector<std::string> linear_against_a_weight_sharded_on_its_inputs(int64_t rows, int64_t out_features) {
+std::vector<std::string> linear_against_a_weight_sharded_on_its_inputs(int64_t rows, int64_t out_features,
+                                                                       const std::string& x_spec = "(None, None)",
+                                                                       bool bias = false) {
   const std::string mesh = R"M([0, 1, 2, 3, 4, 5, 6, 7], "(8,)", "('model',)")M";
   const std::string x = fmt::format("f32[{},288]", rows), w = fmt::format("f32[{},288]", out_features),
-                    y = fmt::format("f32[{},{}]", rows, out_features);
-  const std::string text = "func @f(%x: " + x + ", %w: " + w + ") -> (" + y + ") {\n"
-                           "  %xa = " + annotate("x", "(None, None)", x, mesh) + "\n"
+                    b = fmt::format("f32[{}]", out_features), y = fmt::format("f32[{},{}]", rows, out_features);
+  const std::string text = "func @f(%x: " + x + ", %w: " + w + ", %b: " + b + ") -> (" + y + ") {\n"
+                           "  %xa = " + annotate("x", x_spec, x, mesh) + "\n"
                            "  %wa = " + annotate("w", "(None, 'model')", w, mesh) + "\n"
-                           "  %y = aten::linear(%xa, %wa) : " + y + "\n"
+                           "  %y = aten::linear(%xa, %wa" + (bias ? ", %b" : "") + ") : " + y + "\n"
                            "  %ya = " + annotate("y", "(None, 'model')", y, mesh) + "\n"
                            "  return %ya\n}\n";
   return summary(partition(text));
@@ -252,6 +256,21 @@ std::vector<std::string> linear_against_a_weight_sharded_on_its_inputs(int64_t r
 TEST(Patterns, ContractionShardedByTheWeightSlicesAWholeActivationWhenTheResultIsSmaller) {
   EXPECT_EQ(linear_against_a_weight_sharded_on_its_inputs(1, 288), (std::vector<std::string>{"reduce-scatter model"}));
   EXPECT_EQ(linear_against_a_weight_sharded_on_its_inputs(4096, 64), (std::vector<std::string>{"all-to-all model"}));
+}
+
+// A bias would be added once per partial sum, so the contraction stays whole
+// and the weight moves to the result's layout (never gathered whole).
+TEST(Patterns, ContractionWithABiasMovesTheWeightInstead) {
+  EXPECT_EQ(linear_against_a_weight_sharded_on_its_inputs(1, 288, "(None, None)", true),
+            (std::vector<std::string>{"all-to-all model"}));
+}
+
+// An activation split over 'model' along its rows cannot also be sliced
+// along its features by 'model' for free: the contraction is not sharded.
+TEST(Patterns, ContractionDoesNotSliceAnOperandThatUsesTheAxisElsewhere) {
+  const std::vector<std::string> collectives = linear_against_a_weight_sharded_on_its_inputs(8, 288, "('model', None)");
+  EXPECT_EQ(std::count(collectives.begin(), collectives.end(), "reduce-scatter model"), 0);
+  EXPECT_EQ(std::count(collectives.begin(), collectives.end(), "all-reduce model"), 0);
 }
 
 }  // namespace
