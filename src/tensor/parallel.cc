@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <exception>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -40,6 +41,10 @@ constexpr int64_t kChunksPerThread = 4;
 constexpr uint64_t kChunkMask = 0xffff;
 constexpr int64_t kMaxChunks = static_cast<int64_t>(kChunkMask);
 
+// Set while a thread runs chunks of a job: a parallel_for inside a body
+// (a kernel calling another) runs inline instead of re-entering the pool.
+thread_local bool running_a_chunk = false;
+
 class KernelPool {
  public:
   // Never destroyed: its threads may still be asleep while static objects
@@ -67,6 +72,8 @@ class KernelPool {
     chunk_size_ = chunk_size;
     const auto chunks = static_cast<uint64_t>((count + chunk_size - 1) / chunk_size);
     done_.store(0, std::memory_order_relaxed);
+    failed_.store(false, std::memory_order_relaxed);
+    error_ = nullptr;
     ++generation_;
     claims_.store((uint64_t{generation_} << 32) | (chunks << 16), std::memory_order_release);
     job_word_.store((uint64_t{generation_} << kWorkerBits) | static_cast<uint64_t>(helpers),
@@ -80,6 +87,7 @@ class KernelPool {
         std::this_thread::yield();
       }
     }
+    if (failed_.load(std::memory_order_acquire)) std::rethrow_exception(error_);
     return true;
   }
 
@@ -95,7 +103,14 @@ class KernelPool {
       }
       // The job cannot end before this chunk is done: its fields stay put.
       const int64_t begin = static_cast<int64_t>(next) * chunk_size_;
-      fn_(body_, begin, std::min(count_, begin + chunk_size_));
+      running_a_chunk = true;
+      try {
+        fn_(body_, begin, std::min(count_, begin + chunk_size_));
+      } catch (...) {
+        // The first error is rethrown by the caller once every chunk is done.
+        if (!failed_.exchange(true, std::memory_order_acq_rel)) error_ = std::current_exception();
+      }
+      running_a_chunk = false;
       done_.fetch_add(1, std::memory_order_release);
       word = claims_.load(std::memory_order_acquire);
     }
@@ -124,6 +139,8 @@ class KernelPool {
   std::atomic<uint64_t> job_word_{0};
   std::atomic<uint64_t> claims_{0};
   std::atomic<uint64_t> done_{0};
+  std::atomic<bool> failed_{false};
+  std::exception_ptr error_;  // written by the thread that set failed_, before its chunk is counted done
   // The job; written before claims_ is published, read only by a thread
   // holding one of its chunks.
   RangeFn fn_ = nullptr;
@@ -140,7 +157,7 @@ void parallel_for_impl(int64_t count, int64_t min_part, int64_t align, RangeFn f
   align = std::max<int64_t>(align, 1);
   const int64_t most_parts = count / std::max<int64_t>(min_part, 1);
   const int parts = static_cast<int>(std::min({int64_t{kernel_threads()}, most_parts, kMaxParts}));
-  if (parts > 1) {
+  if (parts > 1 && !running_a_chunk) {
     const int64_t chunks = std::min(parts * kChunksPerThread, kMaxChunks);
     int64_t chunk_size = (count + chunks - 1) / chunks;
     chunk_size = (chunk_size + align - 1) / align * align;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -60,6 +61,59 @@ TEST(ParallelFor, ShortJobsInARowEachRunExactlyOnce) {
     ASSERT_EQ(visits.miscounted(), 0) << "job " << job;
     ASSERT_EQ(visits.bad_ranges.load(), 0) << "job " << job;
   }
+}
+
+// Each job's ranges run that job's body: a worker late from one job never
+// runs a chunk of the next with the old body.
+TEST(ParallelFor, EveryRangeRunsItsOwnJobsBody) {
+  const KernelThreads three(3);
+  std::atomic<int> wrong{0};
+  std::vector<std::atomic<int>> seen(64);
+  for (int job = 0; job < 20000; ++job) {
+    for (std::atomic<int>& s : seen) s.store(-1);
+    sf::parallel_for(64, 1, 1, [&, job](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        if (seen[static_cast<std::size_t>(i)].exchange(job) != -1) ++wrong;
+      }
+    });
+    for (const std::atomic<int>& s : seen) wrong += s.load() != job;
+  }
+  EXPECT_EQ(wrong.load(), 0);
+}
+
+// A kernel that calls another from inside its body runs the inner call on
+// its own thread (the pool is its caller's).
+TEST(ParallelFor, NestedCallsRunInline) {
+  const KernelThreads two(2);
+  Visits outer(64);
+  std::atomic<int> inner_miscounted{0};
+  sf::parallel_for(64, 1, 1, [&](int64_t begin, int64_t end) {
+    outer.visit(begin, end, 1);
+    Visits inner(100);
+    sf::parallel_for(100, 1, 1, [&](int64_t b, int64_t e) { inner.visit(b, e, 1); });
+    inner_miscounted += static_cast<int>(inner.miscounted());
+  });
+  EXPECT_EQ(outer.miscounted(), 0);
+  EXPECT_EQ(inner_miscounted.load(), 0);
+}
+
+// A range that throws: the rest still run, the caller gets the error, and
+// the pool serves the next call.
+TEST(ParallelFor, AnErrorInARangeReachesTheCaller) {
+  const KernelThreads two(2);
+  for (int64_t failing : {0, 40, 99}) {
+    Visits visits(100);
+    EXPECT_THROW(sf::parallel_for(100, 1, 1,
+                                  [&](int64_t begin, int64_t end) {
+                                    visits.visit(begin, end, 1);
+                                    if (begin <= failing && failing < end) throw std::runtime_error("range failed");
+                                  }),
+                 std::runtime_error);
+    EXPECT_EQ(visits.miscounted(), 0) << "failing index " << failing;
+  }
+  Visits after(100);
+  sf::parallel_for(100, 1, 1, [&](int64_t begin, int64_t end) { after.visit(begin, end, 1); });
+  EXPECT_EQ(after.miscounted(), 0);
 }
 
 // Callers on several threads share one pool: whoever finds it busy runs its

@@ -13,9 +13,11 @@ namespace shardflow {
 // exactly once, and returns when all are done. The ranges are handed out in
 // chunks to whichever thread is free, so a thread that starts late takes
 // fewer; a call runs on the calling thread alone when the pool is busy or
-// count has fewer than 2 * min_part items. Ranges start at multiples of
-// align. The body must not throw, and its result must not depend on how
-// [0, count) is split (write each output element from one range only).
+// count has fewer than 2 * min_part items, or when called from inside a
+// body (nested calls run inline). Ranges start at multiples of align. The
+// result must not depend on how [0, count) is split (write each output
+// element from one range only). If a range throws, the others still run and
+// the first exception is rethrown on the calling thread.
 template <class Body>
 void parallel_for(int64_t count, int64_t min_part, int64_t align, const Body& body);
 
