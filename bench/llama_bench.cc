@@ -242,7 +242,8 @@ Result measure(const llama::Config& config, const std::vector<int64_t>& mesh_sha
   r.collectives = static_cast<int64_t>(model.decode_collectives().size());
   for (const sf::ProgramCollective& c : model.decode_collectives()) r.collective_bytes += ring_bytes_sent(c);
   const double model_axis = static_cast<double>(mesh_shape[2]);
-  const double activation_bytes = 4.0 * static_cast<double>(batch / mesh_shape[0] * config.dim);
+  const double activation_bytes = 4.0 * static_cast<double>(batch) / static_cast<double>(mesh_shape[0]) *
+                                  static_cast<double>(config.dim);  // a data shard's rows
   r.megatron_bytes = 2.0 * static_cast<double>(config.n_layers) * 2 * (model_axis - 1) / model_axis * activation_bytes;
   std::vector<sf::Tensor> held{model.weights().tok_embeddings, model.weights().norm, model.weights().output};
   for (const llama::LayerWeights& l : model.weights().layers) {

@@ -108,8 +108,8 @@ void dot_block(const float* w, int64_t k, const float* x, int64_t ldx, const flo
 template <int kBatch>
 void gemv_rows(int64_t begin, int64_t end, int64_t k, const float* w, const float* x, int64_t ldx, float* y,
                int64_t ldy, bool accumulate) {
-  // Accumulators for at most 16 (row, x row) pairs: 32 vector registers hold
-  // them with the loads beside.
+  // Accumulators for at most 16 (row, x row) pairs: AVX-512's 32 vector
+  // registers hold them with the loads beside (AVX2's 16 spill a few).
   constexpr int kBlock = kBatch <= 2 ? 8 : kBatch <= 4 ? 4 : 2;
   const auto store = [&]<int kRows>(int64_t r, float sums[kBatch][kRows]) {
     for (int b = 0; b < kBatch; ++b) {

@@ -110,6 +110,8 @@ TEST(AttentionOps, MatchesSoftmaxOfScoresTimesValues) {
       {{2}, 5, 9, 16, 16, {5, 9}, true, false, std::nullopt},         // bool mask over [L, S]
       {{2, 2}, 3, 6, 12, 4, {2, 1, 3, 6}, false, false, 0.5},        // float mask, broadcast over heads
       {{1}, 6, 6, 20, 3, {}, true, true, std::nullopt},              // causal
+      {{2}, 6, 4, 8, 3, {}, true, true, std::nullopt},               // causal, more queries than keys
+      {{2}, 3, 7, 8, 3, {}, true, true, std::nullopt},               // causal, fewer (top-left aligned)
       {{3}, 1, 40, 64, 64, {1, 40}, true, false, std::nullopt},      // a decode step
       {{}, 2, 3, 1, 1, {2, 3}, true, false, 2.0},                    // no batch dims
   };

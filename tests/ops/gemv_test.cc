@@ -112,18 +112,25 @@ TEST(Gemv, SmallProductsStayOnTheCallingThread) {
   EXPECT_EQ(sf::parallel_kernel_calls(), split_before);
 }
 
-// A batch of decode rows reads the weights once, and each row gets the bits
-// it gets alone: batch size does not change a sequence's tokens.
+// A batch of up to 8 decode rows reads the weights once, and each row gets
+// the bits it gets alone: such a batch does not change a sequence's tokens.
 TEST(Gemv, EachRowOfABatchGetsTheBitsItGetsAlone) {
-  const int64_t n = 517, k = 291;
-  const auto b = random_floats(n * k, 8);
-  for (int64_t m = 2; m <= 8; ++m) {
-    const auto a = random_floats(m * k, 9 + static_cast<uint32_t>(m));
-    const std::vector<float> batch = run({m, n, k, true, false}, a, b, std::vector<float>(static_cast<std::size_t>(m * n)));
-    for (int64_t i = 0; i < m; ++i) {
-      const std::vector<float> row(a.begin() + i * k, a.begin() + (i + 1) * k);
-      const std::vector<float> alone = run({1, n, k, true, false}, row, b, std::vector<float>(static_cast<std::size_t>(n)));
-      EXPECT_TRUE(std::equal(alone.begin(), alone.end(), batch.begin() + i * n)) << "row " << i << " of " << m;
+  for (const int threads : {1, 3}) {
+    const KernelThreads scope(threads);
+    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{517, 291}, {300, 5}}) {  // k = 5: only the scalar tail
+      const auto b = random_floats(n * k, 8);
+      for (int64_t m = 2; m <= 8; ++m) {
+        const auto a = random_floats(m * k, 9 + static_cast<uint32_t>(m));
+        const auto c_in = random_floats(m * n, 20 + static_cast<uint32_t>(m));
+        const std::vector<float> batch = run({m, n, k, true, true}, a, b, c_in);
+        for (int64_t i = 0; i < m; ++i) {
+          const std::vector<float> row(a.begin() + i * k, a.begin() + (i + 1) * k);
+          const std::vector<float> row_in(c_in.begin() + i * n, c_in.begin() + (i + 1) * n);
+          const std::vector<float> alone = run({1, n, k, true, true}, row, b, row_in);
+          EXPECT_TRUE(std::equal(alone.begin(), alone.end(), batch.begin() + i * n))
+              << "row " << i << " of " << m << ", k " << k << ", " << threads << " threads";
+        }
+      }
     }
   }
 }
