@@ -253,12 +253,24 @@ class Partitioner {
         }
       }
     }
-    int64_t devices = 1;
-    for (int axis : axes) devices *= mesh_.axis_size(axis);
+    // Per device: the partial result as the result is laid out on the other
+    // axes, against the shard each sharded operand holds now.
+    const auto devices_over = [&](const DimAxes& dims, bool skip_axes) {
+      int64_t devices = 1;
+      for (const std::vector<int>& dim : dims) {
+        for (int axis : dim) {
+          if (!skip_axes || std::find(axes.begin(), axes.end(), axis) == axes.end()) devices *= mesh_.axis_size(axis);
+        }
+      }
+      return devices;
+    };
     int64_t result_bytes = 0, shard_bytes = 0;
-    for (const Value* result : node.outputs()) result_bytes += result->type().nbytes();
+    for (const Value* result : node.outputs()) {
+      result_bytes += result->type().nbytes() / devices_over(effective_axes(mesh_, shardings_.sharding(result)), true);
+    }
     for (std::size_t o = 0; o < operands.size(); ++o) {
-      if (std::find(whole.begin(), whole.end(), o) == whole.end()) shard_bytes += operands[o]->type().nbytes() / devices;
+      if (std::find(whole.begin(), whole.end(), o) != whole.end()) continue;
+      shard_bytes += operands[o]->type().nbytes() / devices_over(reps_.at(operands[o]).dims, false);
     }
     return result_bytes < shard_bytes;
   }
