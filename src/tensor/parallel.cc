@@ -136,9 +136,11 @@ class KernelPool {
   std::mutex busy_;
   std::vector<std::thread> workers_;
   uint32_t generation_ = 0;
-  std::atomic<uint64_t> job_word_{0};
-  std::atomic<uint64_t> claims_{0};
-  std::atomic<uint64_t> done_{0};
+  // One cache line each: idle workers poll job_word_ while the taking
+  // threads write claims_ and done_.
+  alignas(64) std::atomic<uint64_t> job_word_{0};
+  alignas(64) std::atomic<uint64_t> claims_{0};
+  alignas(64) std::atomic<uint64_t> done_{0};
   std::atomic<bool> failed_{false};
   std::exception_ptr error_;  // written by the thread that set failed_, before its chunk is counted done
   // The job; written before claims_ is published, read only by a thread
