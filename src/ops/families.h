@@ -11,6 +11,7 @@ void register_creation_ops(OpRegistry& registry);
 void register_elementwise_ops(OpRegistry& registry);
 void register_index_ops(OpRegistry& registry);
 void register_matmul_ops(OpRegistry& registry);
+void register_normalization_ops(OpRegistry& registry);
 void register_reduction_ops(OpRegistry& registry);
 void register_shape_ops(OpRegistry& registry);
 

@@ -15,6 +15,7 @@ void register_all_ops() {
     register_elementwise_ops(registry);
     register_index_ops(registry);
     register_matmul_ops(registry);
+    register_normalization_ops(registry);
     register_reduction_ops(registry);
     register_shape_ops(registry);
   });

@@ -65,6 +65,10 @@ Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
 }
 Tensor softmax(const Tensor& x, int64_t dim) { return call("aten::softmax.int", {x, dim}); }
 Tensor log_softmax(const Tensor& x, int64_t dim) { return call("aten::log_softmax.int", {x, dim}); }
+Tensor rms_norm(const Tensor& x, Shape normalized_shape, std::optional<Tensor> weight, std::optional<double> eps) {
+  return call("aten::rms_norm",
+              {x, std::move(normalized_shape), weight ? Arg(*weight) : Arg(none), eps ? Arg(*eps) : Arg(none)});
+}
 
 Tensor matmul(const Tensor& a, const Tensor& b) { return call("aten::matmul", {a, b}); }
 Tensor linear(const Tensor& input, const Tensor& weight, std::optional<Tensor> bias) {

@@ -25,5 +25,5 @@ TEST(ReadmeExample, LlamaGeneration) {
   EXPECT_EQ(g.tokens[0].size(), 32u);
   EXPECT_EQ(model.decode_stats().traces, 1);
   EXPECT_EQ(model.decode_stats().cache_hits, 30);
-  EXPECT_EQ(model.decode_collectives().size(), 38u);
+  EXPECT_EQ(model.decode_collectives().size(), 24u);
 }

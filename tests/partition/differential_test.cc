@@ -105,7 +105,7 @@ class RandomCase {
         return false;
       }
     };
-    switch (pick(0, 28)) {
+    switch (pick(0, 29)) {
       case 0: return sf::silu(a);
       case 1: return sf::tanh(a) * 2;
       case 2: return broadcastable(a, b) ? a + b : a - 1;
@@ -158,6 +158,14 @@ class RandomCase {
         const sf::Tensor k = sf::randn(key_shape, pick(0, 100000)), v = sf::randn(value_shape, pick(0, 100000));
         const sf::Tensor mask = sf::gt(sf::randn({a.size(rank - 2), keys}, pick(0, 100000)), sf::zeros({}) - 0.5);
         return sf::scaled_dot_product_attention(a, pick(0, 1) ? annotate(k) : k, pick(0, 1) ? annotate(v) : v, mask);
+      }
+      case 28: {  // rms_norm over the last one or two dims, with or without a weight
+        if (rank == 0) return a - 3;
+        const int64_t normalized = pick(1, static_cast<int>(std::min<int64_t>(rank, 2)));
+        const sf::Shape shape(a.shape().end() - normalized, a.shape().end());
+        if (pick(0, 1)) return sf::rms_norm(a, shape);
+        const sf::Tensor w = sf::randn(shape, pick(0, 100000));
+        return sf::rms_norm(a, shape, pick(0, 1) ? annotate(w) : w, 1e-5);
       }
       default: return sf::sqrt(sf::abs(a) + 1);
     }

@@ -24,7 +24,12 @@ TEST(LlamaCli, JsonContractAndCheck) {
   EXPECT_GE(out["compile_ms"].get<double>(), 0);
   EXPECT_EQ(out["traces"], 2);
   EXPECT_EQ(out["cache_hits"], 6);  // both traced ahead of time, then 1 prefill + 5 decode calls
-  EXPECT_GE(out["collectives_per_decode_step"]["all-reduce"].get<int>(), 1);
+  // Block outputs sharded over 'model': each sublayer reduce-scatters its
+  // output (tiny's 3 key/value heads do not split over 2, so it also
+  // gathers), and no weight moves.
+  EXPECT_EQ(out["collectives_per_decode_step"]["reduce-scatter"].get<int>(), 4);
+  EXPECT_GE(out["collectives_per_decode_step"]["all-gather"].get<int>(), 4);
+  EXPECT_FALSE(out["collectives_per_decode_step"].contains("all-to-all"));
   EXPECT_LT(out["max_abs_logit_diff"].get<double>(), 1e-2);
   const std::vector<std::string> keys{"tokens", "text", "prefill_tokens_per_s", "decode_tokens_per_s", "compile_ms",
                                       "traces", "cache_hits", "collectives_per_decode_step", "max_abs_logit_diff"};
@@ -38,7 +43,7 @@ TEST(LlamaCli, TextReportsSpeedsAndCollectivesWithReasons) {
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("mesh (1, 1, 2) over (data, fsdp, model), batch 1"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("tokens/s"), std::string::npos);
-  EXPECT_NE(r.out.find("all-reduce over 'model'"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("reduce-scatter over 'model'"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("contracts dim"), std::string::npos) << r.out;
 }
 

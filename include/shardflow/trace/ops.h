@@ -49,6 +49,10 @@ Tensor amin(const Tensor& x, std::vector<int64_t> dims = {}, bool keepdim = fals
 Tensor argmax(const Tensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);
+// torch.nn.functional.rms_norm: x / sqrt(mean(x^2) + eps) * weight over the
+// last dims (normalized_shape); eps defaults to float32's machine epsilon.
+Tensor rms_norm(const Tensor& x, Shape normalized_shape, std::optional<Tensor> weight = std::nullopt,
+                std::optional<double> eps = std::nullopt);
 
 // Contractions.
 Tensor matmul(const Tensor& a, const Tensor& b);
