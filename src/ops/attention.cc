@@ -121,8 +121,7 @@ float dot(const float* a, const float* b, int64_t n) {
 }
 
 DenseTensor attention_kernel(const OpArgs& args, std::span<const DenseTensor> in) {
-  std::vector<TensorType> types;
-  for (const DenseTensor& t : in) types.push_back({t.dtype(), t.shape()});
+  const std::vector<TensorType> types = types_of(in);
   const AttentionShapes s = checked_shapes(args, types);
   const int mask_index = args.tensor("attn_mask");
   const DenseTensor* mask = mask_index < 0 ? nullptr : &in[static_cast<std::size_t>(mask_index)];

@@ -104,12 +104,6 @@ Shape size_arg(const OpArgs& args) {
   return size;
 }
 
-std::vector<TensorType> types_of(std::span<const DenseTensor> tensors) {
-  std::vector<TensorType> types;
-  for (const DenseTensor& t : tensors) types.push_back({t.dtype(), t.shape()});
-  return types;
-}
-
 // Rules of ops without tensor operands: RuleBuilder::build gives every
 // result dim its own pass-through factor.
 OpShardingRule own_factors_rule(const OpArgs&, std::span<const TensorType> in,

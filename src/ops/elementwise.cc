@@ -217,8 +217,7 @@ void add_binary(OpRegistry& registry, std::string_view schema, BinaryResult resu
   };
   def.sharding_rule = pointwise_rule;
   def.kernel = [=](const OpArgs& args, std::span<const DenseTensor> in) {
-    std::vector<TensorType> types;
-    for (const DenseTensor& t : in) types.push_back({t.dtype(), t.shape()});
+    const std::vector<TensorType> types = types_of(in);
     const BinaryDtypes dtypes = binary_dtypes(promoted(args, types), result);
     const DenseTensor other =
         scalar_form ? scalar_tensor(args[1].constant, dtypes.compute) : in[1];
@@ -335,8 +334,7 @@ void register_where_and_cast(OpRegistry& r) {
   };
   where.sharding_rule = pointwise_rule;
   where.kernel = [infer = where.infer](const OpArgs& args, std::span<const DenseTensor> in) {
-    std::vector<TensorType> types;
-    for (const DenseTensor& t : in) types.push_back({t.dtype(), t.shape()});
+    const std::vector<TensorType> types = types_of(in);
     const TensorType out_type = infer(args, types)[0];
     const DenseTensor a = cast(in[1], out_type.dtype);
     const DenseTensor b = cast(in[2], out_type.dtype);

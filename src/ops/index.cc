@@ -36,12 +36,6 @@ bool is_index_dtype(DType dtype) { return dtype == DType::kI64 || dtype == DType
 // PyTorch prints sizes as "[4, 3]".
 std::string sizes_text(std::span<const int64_t> sizes) { return "[" + join_ints(sizes, ", ") + "]"; }
 
-std::vector<TensorType> types_of(std::span<const DenseTensor> tensors) {
-  std::vector<TensorType> types;
-  for (const DenseTensor& t : tensors) types.push_back({t.dtype(), t.shape()});
-  return types;
-}
-
 // The values of an i64 or i32 index tensor.
 std::vector<int64_t> index_values(const DenseTensor& index) {
   std::vector<int64_t> values(static_cast<std::size_t>(index.numel()));

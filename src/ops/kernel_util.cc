@@ -7,6 +7,13 @@ static int category(DType dtype) {
   return is_floating(dtype) ? 2 : 1;
 }
 
+std::vector<TensorType> types_of(std::span<const DenseTensor> tensors) {
+  std::vector<TensorType> types;
+  types.reserve(tensors.size());
+  for (const DenseTensor& t : tensors) types.push_back({t.dtype(), t.shape()});
+  return types;
+}
+
 DType result_type(std::span<const TensorType> operands) {
   std::optional<DType> dimensioned, zero_dim;
   for (const TensorType& type : operands) {

@@ -21,6 +21,10 @@ DType result_type(std::span<const TensorType> operands);
 // Tensor with a Python number (a Scalar argument).
 DType result_type_with_scalar(DType tensor, const Constant& scalar);
 
+// The types of a kernel's operands, for the infer/check functions that
+// take TensorTypes.
+std::vector<TensorType> types_of(std::span<const DenseTensor> tensors);
+
 // The default float dtype, for integer inputs of float-valued ops.
 inline DType float_type_for(DType dtype) { return is_floating(dtype) ? dtype : DType::kF32; }
 

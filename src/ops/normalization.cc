@@ -58,8 +58,7 @@ NormShape checked_shape(const OpArgs& args, std::span<const TensorType> in) {
 }
 
 DenseTensor rms_norm_kernel(const OpArgs& args, std::span<const DenseTensor> in) {
-  std::vector<TensorType> types;
-  for (const DenseTensor& t : in) types.push_back({t.dtype(), t.shape()});
+  const std::vector<TensorType> types = types_of(in);
   const NormShape s = checked_shape(args, types);
   const int weight_index = args.tensor("weight");
   const float* w = weight_index < 0 ? nullptr : in[static_cast<std::size_t>(weight_index)].data_as<float>();

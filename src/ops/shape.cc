@@ -43,12 +43,6 @@ std::string sizes_text(std::span<const int64_t> sizes) {
   return "[" + join_ints(sizes, ", ") + "]";
 }
 
-std::vector<TensorType> types_of(std::span<const DenseTensor> tensors) {
-  std::vector<TensorType> types;
-  for (const DenseTensor& t : tensors) types.push_back({t.dtype(), t.shape()});
-  return types;
-}
-
 std::size_t to_index(int64_t value) { return static_cast<std::size_t>(value); }
 
 // The tensor input bound to argument `name`. It need not be input 0: an int[]
