@@ -120,6 +120,13 @@ float dot(const float* a, const float* b, int64_t n) {
   return sum;
 }
 
+// Rows this far ahead are requested while the current one is summed.
+constexpr int64_t kPrefetchRows = 8;
+
+void prefetch_row(const float* row, int64_t length) {
+  for (int64_t i = 0; i < length; i += 16) __builtin_prefetch(row + i, 0, 3);  // one per 64-byte line
+}
+
 DenseTensor attention_kernel(const OpArgs& args, std::span<const DenseTensor> in) {
   const std::vector<TensorType> types = types_of(in);
   const AttentionShapes s = checked_shapes(args, types);
@@ -189,6 +196,12 @@ DenseTensor attention_kernel(const OpArgs& args, std::span<const DenseTensor> in
             if (bias == -std::numeric_limits<float>::infinity()) continue;
           }
         }
+        // The cache is cold in a decode step (the weights streamed through
+        // since), and the dot below is too short a dependent chain to keep
+        // loads in flight: fetch the key rows a few ahead, and this key's
+        // value row for the pass after.
+        if (key + kPrefetchRows < key_end) prefetch_row(kb + (key + kPrefetchRows) * s.depth, s.depth);
+        prefetch_row(vb + key * s.value_depth, s.value_depth);
         const float score = static_cast<float>(dot(qrow, kb + key * s.depth, s.depth) * scale) + bias;
         seen[static_cast<std::size_t>(count)] = key;
         weights[static_cast<std::size_t>(count)] = score;
