@@ -63,6 +63,21 @@ TEST(ParallelFor, ShortJobsInARowEachRunExactlyOnce) {
   }
 }
 
+// Jobs of very different lengths back to back: a worker still looking at
+// the end of a short job while a long one is set up must neither take part
+// of the long one under the short one's bounds nor leave the caller waiting
+// for units that were never there (this hung once).
+TEST(ParallelFor, AlternatingShortAndLongJobsEachRunExactlyOnce) {
+  const KernelThreads two(2);
+  for (int job = 0; job < 100000; ++job) {
+    const int64_t count = job % 2 == 0 ? 2 : 64;
+    Visits visits(count);
+    sf::parallel_for(count, 1, 1, [&](int64_t begin, int64_t end) { visits.visit(begin, end, 1); });
+    ASSERT_EQ(visits.miscounted(), 0) << "job " << job;
+    ASSERT_EQ(visits.bad_ranges.load(), 0) << "job " << job;
+  }
+}
+
 // Each job's ranges run that job's body: a worker late from one job never
 // runs a chunk of the next with the old body.
 TEST(ParallelFor, EveryRangeRunsItsOwnJobsBody) {
