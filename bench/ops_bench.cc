@@ -13,8 +13,10 @@
 
 #include <chrono>
 #include <cstring>
+#include <thread>
 #include <vector>
 
+#include "shardflow/tensor/gemm.h"
 #include "shardflow/trace/ops.h"
 
 namespace sf = shardflow;
@@ -29,6 +31,19 @@ double seconds_per_call(F&& f, int repeats) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / repeats;
 }
 
+// shardflow keeps OpenBLAS on one thread and splits its calls itself; the
+// BLAS baselines run with OpenBLAS's own threads, as many as ours. Its
+// threads spin for a while after their last call; the pause lets them fall
+// asleep before our op is timed.
+template <class F>
+double blas_seconds_per_call(F&& f, int repeats) {
+  openblas_set_num_threads(sf::kernel_threads());
+  const double seconds = seconds_per_call(f, repeats);
+  openblas_set_num_threads(1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  return seconds;
+}
+
 void Matmul(benchmark::State& state) {
   const int64_t m = state.range(0), k = state.range(1), n = state.range(2);
   const sf::Tensor a = sf::randn({m, k}, 1);
@@ -37,7 +52,7 @@ void Matmul(benchmark::State& state) {
   const float* pb = b.value().data_as<float>();
   std::vector<float> c(static_cast<std::size_t>(m * n));
   const int repeats = m * n * k > 1e9 ? 2 : 10;
-  const double blas = seconds_per_call([&] {
+  const double blas = blas_seconds_per_call([&] {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
                 static_cast<int>(k), 1.0f, pa, static_cast<int>(k), pb, static_cast<int>(n), 0.0f,
                 c.data(), static_cast<int>(n));
@@ -64,7 +79,7 @@ void DecodeLinear(benchmark::State& state) {
   const float* px = x.value().data_as<float>();
   const float* pw = w.value().data_as<float>();
   std::vector<float> y(static_cast<std::size_t>(n));
-  const double blas = seconds_per_call([&] {
+  const double blas = blas_seconds_per_call([&] {
     cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(n), static_cast<int>(k), 1.0f, pw,
                 static_cast<int>(k), px, 1, 0.0f, y.data(), 1);
     benchmark::DoNotOptimize(y.data());

@@ -1,4 +1,4 @@
-// The decode-step GEMM path (a few rows of A): our matrix-vector kernels
+// The GEMM paths. A few rows of A (decode steps): our matrix-vector kernels
 // against a double-precision reference, the same bits for any number of
 // kernel threads, and for a row alone or in a batch.
 #include <gtest/gtest.h>
@@ -157,6 +157,52 @@ TEST(Gemv, ConcurrentCallersGetTheirOwnResults) {
   }
   for (std::thread& caller : callers) caller.join();
   EXPECT_EQ(mismatches, std::vector<int>(4, 0));
+}
+
+// Products of more rows go to OpenBLAS, single-threaded, on blocks of C
+// split over the kernel threads: by columns, or by rows when C has more
+// rows. The bits must not depend on the split, and the result is a GEMM.
+TEST(Gemm, BlocksSplitOverThreadsGiveTheBitsOfOneThread) {
+  struct Shape {
+    int64_t m, n, k;
+    bool transpose_a, transpose_b, accumulate;
+  };
+  for (const Shape& s : {Shape{128, 768, 288, false, true, false}, Shape{64, 2000, 200, false, false, true},
+                         Shape{3000, 40, 256, false, true, false}, Shape{4000, 48, 128, true, false, true},
+                         Shape{96, 1500, 160, true, true, false}}) {
+    const std::string label = "m=" + std::to_string(s.m) + " n=" + std::to_string(s.n) + " k=" + std::to_string(s.k) +
+                              (s.transpose_a ? " A^T" : "") + (s.transpose_b ? " B^T" : "");
+    const auto a = random_floats(s.m * s.k, 7);
+    const auto b = random_floats(s.n * s.k, 8);
+    const auto c_in = random_floats(s.m * s.n, 9);
+    const auto product = [&] {
+      std::vector<float> out = c_in;
+      sf::gemm_f32({s.m, s.n, s.k, s.transpose_a, s.transpose_b}, a.data(), b.data(), out.data(), s.accumulate);
+      return out;
+    };
+    std::vector<float> single;
+    {
+      const KernelThreads one(1);
+      single = product();
+    }
+    for (int64_t i = 0; i < s.m; ++i) {
+      for (int64_t j = 0; j < s.n; ++j) {
+        double sum = s.accumulate ? c_in[static_cast<std::size_t>(i * s.n + j)] : 0.0;
+        for (int64_t t = 0; t < s.k; ++t) {
+          const float av = s.transpose_a ? a[static_cast<std::size_t>(t * s.m + i)] : a[static_cast<std::size_t>(i * s.k + t)];
+          const float bv = s.transpose_b ? b[static_cast<std::size_t>(j * s.k + t)] : b[static_cast<std::size_t>(t * s.n + j)];
+          sum += static_cast<double>(av) * bv;
+        }
+        ASSERT_NEAR(single[static_cast<std::size_t>(i * s.n + j)], sum, 1e-4) << label << " at (" << i << ", " << j << ")";
+      }
+    }
+    for (int threads : {2, 3}) {
+      const KernelThreads many(threads);
+      const int64_t split_before = sf::parallel_kernel_calls();
+      EXPECT_EQ(product(), single) << label << " on " << threads << " threads";
+      EXPECT_GT(sf::parallel_kernel_calls(), split_before) << label << ": the call was not split";
+    }
+  }
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "runtime_test_util.h"
 #include "shardflow/base/error.h"
 #include "shardflow/sharding/mesh.h"
+#include "shardflow/tensor/gemm.h"
 
 extern "C" int openblas_get_num_threads(void);
 
@@ -193,15 +194,19 @@ TEST_F(Runtime, IsTheCurrentRuntime) {
   EXPECT_EQ(sf::global_device_count(), before);
 }
 
-// OpenBLAS runs single-threaded inside a multi-device runtime; the previous
-// setting comes back afterwards.
-TEST_F(Runtime, RunsOpenBlasSingleThreaded) {
-  const int before = openblas_get_num_threads();
+// Kernels run on the calling device thread inside a multi-device runtime;
+// the previous count comes back afterwards. OpenBLAS stays single-threaded
+// throughout: the kernel pool splits its calls.
+TEST_F(Runtime, RunsKernelsSingleThreaded) {
+  const int before = sf::kernel_threads();
+  EXPECT_EQ(openblas_get_num_threads(), 1);
   {
     sf::Runtime rt = sf::Runtime::local(2);
+    EXPECT_EQ(sf::kernel_threads(), 1);
     EXPECT_EQ(openblas_get_num_threads(), 1);
   }
-  EXPECT_EQ(openblas_get_num_threads(), before);
+  EXPECT_EQ(sf::kernel_threads(), before);
+  EXPECT_EQ(openblas_get_num_threads(), 1);
 }
 
 // Many small collectives on overlapping groups, to shake out races (run this

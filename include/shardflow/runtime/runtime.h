@@ -21,12 +21,12 @@
 // that exist at the same time must be destroyed in reverse order of creation.
 //
 // Kernel threads: a runtime with more than one device sets kernel_threads()
-// (OpenBLAS and our matrix-vector kernels, tensor/gemm.h) to one, restored
-// on destruction. The device threads are the parallelism; a kernel pool
-// competing with them for the cores makes GEMM timings bimodal (see
-// background/dependencies.md §2). openblas_set_num_threads(1) alone still
-// leaves OpenBLAS's idle pool threads around; for stable timings also export
-// OPENBLAS_NUM_THREADS=1 before the program starts.
+// (tensor/gemm.h) to one, restored on destruction. The device threads are
+// the parallelism; a kernel pool competing with them for the cores makes
+// GEMM timings bimodal (see background/dependencies.md §2). OpenBLAS runs
+// single-threaded under shardflow in any case; its idle pool threads, made
+// when the library loads, spin briefly at start-up, so for the steadiest
+// timings also export OPENBLAS_NUM_THREADS=1 before the program starts.
 #pragma once
 
 #include <cstdint>

@@ -1,8 +1,9 @@
 // Single-precision GEMM: C = A · B (row-major, with optional transposes).
-// OpenBLAS multiplies matrices; a few rows of A (decode steps: up to 8
-// against a weight stored out x in, 2 otherwise) go to our own
-// matrix-vector kernels, which stream B once at close to memory bandwidth.
-// Keeping the BLAS header out of this file keeps it cheap to include.
+// OpenBLAS multiplies matrices, on blocks split over the kernel threads; a
+// few rows of A (decode steps: up to 8 against a weight stored out x in, 2
+// otherwise) go to our own matrix-vector kernels, which stream B once at
+// close to memory bandwidth. Keeping the BLAS header out of this file keeps
+// it cheap to include.
 #pragma once
 
 #include <cstdint>
@@ -20,10 +21,14 @@ struct GemmShape {
 void gemm_f32(const GemmShape& shape, const float* a, const float* b, float* c,
               bool accumulate = false);
 
-// The threads one kernel call may use: OpenBLAS's thread count, which our
-// matrix-vector kernels follow too. It starts at OPENBLAS_NUM_THREADS, else
-// the number of cores. Process-wide; a multi-device runtime sets it to 1
-// while it exists (its device threads are the parallelism).
+// The threads one kernel call may use, our own pool's: GEMMs are cut into
+// fixed blocks of single-threaded OpenBLAS calls shared out over them, and
+// the matrix-vector and attention kernels split the same way, so every
+// kernel gives the same bits for any count. OpenBLAS itself is kept at one
+// thread: its pool spun after each call and took cores from ours. The count
+// starts at OPENBLAS_NUM_THREADS, else the number of cores. Process-wide; a
+// multi-device runtime sets it to 1 while it exists (its device threads are
+// the parallelism).
 void set_kernel_threads(int threads);
 int kernel_threads();
 
