@@ -132,8 +132,9 @@ class BufferPool {
 };
 
 std::shared_ptr<std::byte> allocate(std::size_t bytes) {
-  constexpr std::size_t kAlignment = BufferPool::kAlignment;
-  const std::size_t rounded = std::max<std::size_t>((bytes + kAlignment - 1) / kAlignment, 1) * kAlignment;
+  // aligned_alloc takes sizes that are multiples of the alignment.
+  const std::size_t alignment = bytes >= BufferPool::kPooledMin ? BufferPool::kLargeAlignment : BufferPool::kAlignment;
+  const std::size_t rounded = std::max<std::size_t>((bytes + alignment - 1) / alignment, 1) * alignment;
   void* memory = BufferPool::instance().take(rounded);
   detail::DeviceMemoryCounter* counter = detail::current_device_memory_counter();
   if (counter != nullptr) detail::count_allocation(*counter, static_cast<int64_t>(rounded));

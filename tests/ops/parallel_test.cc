@@ -68,13 +68,34 @@ TEST(ParallelFor, ShortJobsInARowEachRunExactlyOnce) {
 // of the long one under the short one's bounds nor leave the caller waiting
 // for units that were never there (this hung once).
 TEST(ParallelFor, AlternatingShortAndLongJobsEachRunExactlyOnce) {
+  for (int threads : {2, 3}) {
+    const KernelThreads scope(threads);
+    for (int job = 0; job < 50000; ++job) {
+      // Short jobs take fewer threads than long ones, and chunk floors vary.
+      const int64_t count = job % 2 == 0 ? 2 : 64 + job % 5;
+      const int64_t min_part = job % 3 == 0 ? 1 : 8;
+      Visits visits(count);
+      sf::parallel_for(count, min_part, 1, [&](int64_t begin, int64_t end) { visits.visit(begin, end, 1); });
+      ASSERT_EQ(visits.miscounted(), 0) << threads << " threads, job " << job;
+      ASSERT_EQ(visits.bad_ranges.load(), 0) << threads << " threads, job " << job;
+    }
+  }
+}
+
+// A job of more units than the claim word counts (2^24) is handed out in
+// coarser units, still aligned and still covering every index once.
+TEST(ParallelFor, JobsLongerThanTheClaimWordCoverEveryIndex) {
   const KernelThreads two(2);
-  for (int job = 0; job < 100000; ++job) {
-    const int64_t count = job % 2 == 0 ? 2 : 64;
-    Visits visits(count);
-    sf::parallel_for(count, 1, 1, [&](int64_t begin, int64_t end) { visits.visit(begin, end, 1); });
-    ASSERT_EQ(visits.miscounted(), 0) << "job " << job;
-    ASSERT_EQ(visits.bad_ranges.load(), 0) << "job " << job;
+  for (int64_t align : {1, 4}) {
+    const int64_t count = (int64_t{1} << 24) * align + 5;
+    std::atomic<int64_t> covered{0};
+    std::atomic<int> bad{0};
+    sf::parallel_for(count, 1, align, [&](int64_t begin, int64_t end) {
+      if (begin % align != 0 || begin >= end || end > count) ++bad;
+      covered += end - begin;
+    });
+    EXPECT_EQ(covered.load(), count) << "align " << align;
+    EXPECT_EQ(bad.load(), 0) << "align " << align;
   }
 }
 

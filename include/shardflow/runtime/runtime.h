@@ -74,8 +74,9 @@ class Runtime {
   //
   // Initialises MPI (MPI_THREAD_SERIALIZED) unless the program did, and
   // finalises it on destruction when it initialised it; so at most one MPI
-  // runtime per process, and none after another has finished. OpenBLAS gets
-  // at most the cores of this host divided by the ranks on it.
+  // runtime per process, and none after another has finished. Each rank's
+  // kernel threads (tensor/gemm.h) get at most the cores of this host
+  // divided by the ranks on it.
   //
   // Failure: an exception in a device program, or a runtime destroyed by an
   // exception, prints "shardflow: rank R of N: <error>" and ends every rank

@@ -26,9 +26,10 @@ void gemm_f32(const GemmShape& shape, const float* a, const float* b, float* c,
 // the matrix-vector and attention kernels split the same way, so every
 // kernel gives the same bits for any count. OpenBLAS itself is kept at one
 // thread: its pool spun after each call and took cores from ours. The count
-// starts at OPENBLAS_NUM_THREADS, else the number of cores. Process-wide; a
-// multi-device runtime sets it to 1 while it exists (its device threads are
-// the parallelism).
+// starts at OPENBLAS_NUM_THREADS, else the number of cores. Process-wide; an
+// in-process multi-device runtime sets it to 1 while it exists (its device
+// threads are the parallelism), an MPI runtime to the host's cores divided
+// by its ranks there.
 void set_kernel_threads(int threads);
 int kernel_threads();
 

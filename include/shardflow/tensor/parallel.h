@@ -1,8 +1,8 @@
-// Splitting one kernel call over the kernel threads, for the memory-bound
-// kernels that OpenBLAS does not serve (matrix-vector products and attention
-// of decode steps). The pool follows kernel_threads() (tensor/gemm.h), so a
-// multi-device runtime, which sets it to 1, gets inline execution: its device
-// threads are the parallelism there.
+// Splitting one kernel call over the kernel threads: GEMM blocks, the
+// matrix-vector products and attention of decode steps. The pool follows
+// kernel_threads() (tensor/gemm.h), so an in-process multi-device runtime,
+// which sets it to 1, gets inline execution: its device threads are the
+// parallelism there.
 #pragma once
 
 #include <cstdint>
