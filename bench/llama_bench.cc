@@ -32,6 +32,7 @@
 #include <map>
 #include <numeric>
 #include <set>
+#include <span>
 #include <thread>
 
 #if defined(__SSE2__)
@@ -85,7 +86,13 @@ void stream_wide(const float* p, std::size_t n) {
 // many as the kernels use.
 class BandwidthProbe {
  public:
-  BandwidthProbe() : buffer_((1u << 30) / sizeof(float), 1.0f) {}
+  // The buffer comes from the tensor allocator, as the weights do (page
+  // alignment, transparent huge pages), so that both stream from the same
+  // kind of memory.
+  BandwidthProbe() : tensor_(sf::DenseTensor::empty(sf::DType::kF32, {(int64_t{1} << 30) / 4})) {
+    buffer_ = std::span<float>(tensor_.data_as<float>(), static_cast<std::size_t>(tensor_.numel()));
+    std::fill(buffer_.begin(), buffer_.end(), 1.0f);
+  }
 
   double measure() {
     double best = 0;
@@ -109,7 +116,8 @@ class BandwidthProbe {
   }
 
  private:
-  std::vector<float> buffer_;
+  sf::DenseTensor tensor_;
+  std::span<float> buffer_;
 };
 
 template <class T>
