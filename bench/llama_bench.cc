@@ -87,8 +87,7 @@ void stream_wide(const float* p, std::size_t n) {
 class BandwidthProbe {
  public:
   // The buffer comes from the tensor allocator, as the weights do (page
-  // alignment, transparent huge pages), so that both stream from the same
-  // kind of memory.
+  // alignment), so that both stream from the same kind of memory.
   BandwidthProbe() : tensor_(sf::DenseTensor::empty(sf::DType::kF32, {(int64_t{1} << 30) / 4})) {
     buffer_ = std::span<float>(tensor_.data_as<float>(), static_cast<std::size_t>(tensor_.numel()));
     std::fill(buffer_.begin(), buffer_.end(), 1.0f);

@@ -6,7 +6,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
-#include <sys/mman.h>
 #include <unordered_map>
 #include <vector>
 
@@ -77,7 +76,6 @@ class BufferPool {
  public:
   static constexpr std::size_t kAlignment = 64;
   static constexpr std::size_t kLargeAlignment = 4096;
-  static constexpr std::size_t kHugePage = std::size_t{2} << 20;
   static constexpr std::size_t kPooledMin = std::size_t{64} << 10;  // smaller: SmallBufferCache
   static constexpr std::size_t kMaxCached = std::size_t{1} << 30;  // bytes kept at most
 #if defined(__SANITIZE_ADDRESS__)
@@ -98,19 +96,7 @@ class BufferPool {
     // block, 64 bytes into a page, made every matrix-vector product of a
     // stories110M decode step stream its weights 8-13% slower on the 2-core
     // AMD EPYC VM this was measured on (same kernel, same bytes).
-    // Buffers of 2 MiB or more (the weights) start on a 2 MiB boundary and
-    // ask for transparent huge pages over their whole 2 MiB stretches, which
-    // the kernel grants on first touch when THP is "always" or "madvise"
-    // (not the tail, so no memory is wasted). Streaming through 4 KiB pages
-    // misses the TLB every 64 lines, and under a hypervisor each miss walks
-    // two page tables: stories110M decode steps ran ~5% faster.
-    void* memory = nullptr;
-    if (bytes >= kHugePage) {
-      if (posix_memalign(&memory, kHugePage, bytes) != 0) memory = nullptr;
-      if (memory != nullptr) madvise(memory, bytes / kHugePage * kHugePage, MADV_HUGEPAGE);
-    } else {
-      memory = std::aligned_alloc(bytes >= kPooledMin ? kLargeAlignment : kAlignment, bytes);
-    }
+    void* memory = std::aligned_alloc(bytes >= kPooledMin ? kLargeAlignment : kAlignment, bytes);
     if (memory == nullptr) throw Error(fmt::format("out of memory allocating {} bytes", bytes));
     return memory;
   }

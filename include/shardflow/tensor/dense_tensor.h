@@ -1,6 +1,5 @@
 // A dense, row-major tensor in an owned, 64-byte aligned host buffer;
-// buffers of 64 KiB or more start on a 4096-byte page, and those of 2 MiB or
-// more on a 2 MiB boundary, with transparent huge pages requested.
+// buffers of 64 KiB or more start on a 4096-byte page.
 //
 // Copies share the buffer. Buffers are written only while a kernel fills a
 // tensor it just created; after that they are read-only by convention, so a
