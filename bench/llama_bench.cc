@@ -32,7 +32,6 @@
 #include <map>
 #include <numeric>
 #include <set>
-#include <span>
 #include <thread>
 
 #if defined(__SSE2__)
@@ -88,24 +87,24 @@ class BandwidthProbe {
  public:
   // The buffer comes from the tensor allocator, as the weights do (page
   // alignment), so that both stream from the same kind of memory.
-  BandwidthProbe() : tensor_(sf::DenseTensor::empty(sf::DType::kF32, {(int64_t{1} << 30) / 4})) {
-    buffer_ = std::span<float>(tensor_.data_as<float>(), static_cast<std::size_t>(tensor_.numel()));
-    std::fill(buffer_.begin(), buffer_.end(), 1.0f);
+  BandwidthProbe() : buffer_(sf::DenseTensor::empty(sf::DType::kF32, {(int64_t{1} << 30) / 4})) {
+    std::fill(data(), data() + size(), 1.0f);
   }
 
   double measure() {
+    const float* buffer = data();
     double best = 0;
     for (int threads : {1, sf::kernel_threads()}) {
-      const std::size_t part = buffer_.size() / static_cast<std::size_t>(threads) / 32 * 32;
+      const std::size_t part = size() / static_cast<std::size_t>(threads) / 32 * 32;
       // Two passes of each: a single pass on this VM sometimes reads at
       // half speed, which would lower the bound.
       for (auto* stream : {&stream_narrow, &stream_wide, &stream_narrow, &stream_wide}) {
         const auto start = std::chrono::steady_clock::now();
         std::vector<std::thread> helpers;
         for (int t = 1; t < threads; ++t) {
-          helpers.emplace_back(stream, buffer_.data() + part * static_cast<std::size_t>(t), part);
+          helpers.emplace_back(stream, buffer + part * static_cast<std::size_t>(t), part);
         }
-        stream(buffer_.data(), part);
+        stream(buffer, part);
         for (std::thread& helper : helpers) helper.join();
         best = std::max(best, static_cast<double>(part * static_cast<std::size_t>(threads) * sizeof(float)) /
                                   seconds_since(start));
@@ -115,8 +114,10 @@ class BandwidthProbe {
   }
 
  private:
-  sf::DenseTensor tensor_;
-  std::span<float> buffer_;
+  float* data() { return buffer_.data_as<float>(); }
+  std::size_t size() const { return static_cast<std::size_t>(buffer_.numel()); }
+
+  sf::DenseTensor buffer_;
 };
 
 template <class T>

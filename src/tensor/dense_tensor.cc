@@ -85,6 +85,10 @@ class BufferPool {
   static constexpr bool kRecycle = true;
 #endif
 
+  // aligned_alloc takes sizes that are multiples of the alignment, so
+  // allocate() rounds to this too.
+  static std::size_t alignment_for(std::size_t bytes) { return bytes >= kPooledMin ? kLargeAlignment : kAlignment; }
+
   static BufferPool& instance() {
     static BufferPool* pool = new BufferPool();  // never destroyed: buffers may outlive main
     return *pool;
@@ -96,7 +100,7 @@ class BufferPool {
     // block, 64 bytes into a page, made every matrix-vector product of a
     // stories110M decode step stream its weights 8-13% slower on the 2-core
     // AMD EPYC VM this was measured on (same kernel, same bytes).
-    void* memory = std::aligned_alloc(bytes >= kPooledMin ? kLargeAlignment : kAlignment, bytes);
+    void* memory = std::aligned_alloc(alignment_for(bytes), bytes);
     if (memory == nullptr) throw Error(fmt::format("out of memory allocating {} bytes", bytes));
     return memory;
   }
@@ -132,8 +136,7 @@ class BufferPool {
 };
 
 std::shared_ptr<std::byte> allocate(std::size_t bytes) {
-  // aligned_alloc takes sizes that are multiples of the alignment.
-  const std::size_t alignment = bytes >= BufferPool::kPooledMin ? BufferPool::kLargeAlignment : BufferPool::kAlignment;
+  const std::size_t alignment = BufferPool::alignment_for(bytes);
   const std::size_t rounded = std::max<std::size_t>((bytes + alignment - 1) / alignment, 1) * alignment;
   void* memory = BufferPool::instance().take(rounded);
   detail::DeviceMemoryCounter* counter = detail::current_device_memory_counter();

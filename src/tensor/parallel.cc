@@ -31,7 +31,7 @@ constexpr int64_t kMaxParts = static_cast<int64_t>(kWorkerMask) + 1;
 // Chunks shrink as the job drains: each takes 1/(2 * threads) of what is
 // left, down to a floor. The first ones stream long runs; the last ones are
 // short, so the threads finish within one small chunk of each other instead
-// of one thread waiting out another's quarter of the job.
+// of one thread waiting out another's last large chunk.
 constexpr int64_t kShareDivisor = 2;
 
 // The claim word: the job's generation (top 16 bits), its number of units
@@ -46,6 +46,7 @@ constexpr uint64_t kFieldBits = 24;
 constexpr uint64_t kFieldMask = (uint64_t{1} << kFieldBits) - 1;
 constexpr int64_t kMaxUnits = static_cast<int64_t>(kFieldMask);
 constexpr uint64_t kGenerationShift = 2 * kFieldBits;
+constexpr uint64_t kGenerationMask = 0xffff;
 
 // Set while a thread runs chunks of a job: a parallel_for inside a body
 // (a kernel calling another) runs inline instead of re-entering the pool.
@@ -85,7 +86,7 @@ class KernelPool {
     failed_.store(false, std::memory_order_relaxed);
     error_ = nullptr;
     ++generation_;
-    claims_.store(((uint64_t{generation_} & 0xffff) << kGenerationShift) | (static_cast<uint64_t>(claim_units) << kFieldBits),
+    claims_.store(((uint64_t{generation_} & kGenerationMask) << kGenerationShift) | (static_cast<uint64_t>(claim_units) << kFieldBits),
                   std::memory_order_release);
     job_word_.store((uint64_t{generation_} << kWorkerBits) | static_cast<uint64_t>(helpers),
                     std::memory_order_release);
@@ -109,7 +110,7 @@ class KernelPool {
     for (;;) {
       const auto next = static_cast<int64_t>(word & kFieldMask);
       const auto units = static_cast<int64_t>((word >> kFieldBits) & kFieldMask);
-      if (word >> kGenerationShift != (generation & 0xffff) || next >= units) return;
+      if (word >> kGenerationShift != (generation & kGenerationMask) || next >= units) return;
       // The sizing fields only shape the chunk; the word bounds it.
       const int64_t divisor = share_divisor_.load(std::memory_order_relaxed);
       const int64_t left = units - next;
