@@ -117,7 +117,7 @@ TEST(Gemv, SmallProductsStayOnTheCallingThread) {
 TEST(Gemv, EachRowOfABatchGetsTheBitsItGetsAlone) {
   for (const int threads : {1, 3}) {
     const KernelThreads scope(threads);
-    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{517, 291}, {300, 5}}) {  // k = 5: only the scalar tail
+    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{517, 291}, {129, 311}, {300, 5}}) {  // k = 5: only the scalar tail
       const auto b = random_floats(n * k, 8);
       for (int64_t m = 2; m <= 8; ++m) {
         const auto a = random_floats(m * k, 9 + static_cast<uint32_t>(m));
