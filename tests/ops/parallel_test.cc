@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -115,6 +116,33 @@ TEST(ParallelFor, EveryRangeRunsItsOwnJobsBody) {
     for (const std::atomic<int>& s : seen) wrong += s.load() != job;
   }
   EXPECT_EQ(wrong.load(), 0);
+}
+
+// A thread held up inside a chunk (descheduled, or a slow chunk) does not
+// hold up the rest of its share: the other threads take it from the back.
+TEST(ParallelFor, AThreadStuckInAChunkLeavesTheRestOfItsShareToTheOthers) {
+  for (const int threads : {2, 3}) {
+    const KernelThreads scope(threads);
+    constexpr int64_t kCount = 1000;
+    Visits visits(kCount);
+    std::atomic<int64_t> visited{0};
+    std::atomic<bool> others_done{false};
+    sf::parallel_for(kCount, 1, 1, [&](int64_t begin, int64_t end) {
+      visits.visit(begin, end, 1);
+      if (begin != 0) {
+        visited += end - begin;
+        return;
+      }
+      // The chunk with index 0 waits for every other index; a deadline keeps
+      // a broken split from hanging the test.
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      while (visited.load() != kCount - end && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+      others_done = visited.load() == kCount - end;
+      visited += end;
+    });
+    EXPECT_TRUE(others_done.load()) << threads << " threads: the rest was left for the stuck thread";
+    EXPECT_EQ(visits.miscounted(), 0) << threads << " threads";
+  }
 }
 
 // A kernel that calls another from inside its body runs the inner call on
