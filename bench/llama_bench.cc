@@ -9,12 +9,13 @@
 //   bw_fraction                   (1 device, batch 1) decode tokens/s divided
 //                                 by the bound: read bandwidth of this machine
 //                                 (streaming read of 1 GiB, the best of one
-//                                 thread and kernel_threads threads, two loop
-//                                 shapes, two passes each) / weight bytes a
+//                                 thread and kernel_threads threads, three
+//                                 loop shapes, two passes each) / weight bytes a
 //                                 decode step reads;
 //                                 the median over 5 chunks of decode steps,
-//                                 each right after its own bandwidth probe
-//                                 and one untimed step
+//                                 each bounded by the faster of the probes
+//                                 right before and right after it, and
+//                                 timed after one untimed step
 //   collectives, vs_megatron      collectives per decode step; ratio to the
 //                                 Megatron minimum (2 all-reduces per layer)
 //   bytes_vs_megatron             bytes each device sends per decode step in
@@ -57,7 +58,7 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 void stream_wide(const float* p, std::size_t n);
 
-// Two shapes of the same streaming sum: on this VM one thread often reads
+// Shapes of the same streaming sum: on this VM one thread often reads
 // fastest with 16-byte loads and two threads with the widest ones.
 void stream_narrow(const float* p, std::size_t n) {
 #if defined(__SSE2__)
@@ -80,8 +81,20 @@ void stream_wide(const float* p, std::size_t n) {
   benchmark::DoNotOptimize(acc);
 }
 
+// The wide sum with the decode kernel's non-temporal prefetch 2 KiB ahead:
+// without it the decode steps sometimes read faster than the bound.
+void stream_prefetched(const float* p, std::size_t n) {
+  float acc[32] = {};
+  for (std::size_t i = 0; i < n; i += 32) {
+    __builtin_prefetch(p + i + 512, 0, 0);
+    __builtin_prefetch(p + i + 528, 0, 0);
+    for (std::size_t k = 0; k < 32; ++k) acc[k] += p[i + k];
+  }
+  benchmark::DoNotOptimize(acc);
+}
+
 // Bytes per second of streaming reads through a buffer far larger than the
-// last-level cache: the best of both loop shapes, on one thread and on as
+// last-level cache: the best of the loop shapes, on one thread and on as
 // many as the kernels use.
 class BandwidthProbe {
  public:
@@ -98,7 +111,8 @@ class BandwidthProbe {
       const std::size_t part = size() / static_cast<std::size_t>(threads) / 32 * 32;
       // Two passes of each: a single pass on this VM sometimes reads at
       // half speed, which would lower the bound.
-      for (auto* stream : {&stream_narrow, &stream_wide, &stream_narrow, &stream_wide}) {
+      for (auto* stream : {&stream_narrow, &stream_wide, &stream_prefetched, &stream_narrow, &stream_wide,
+                           &stream_prefetched}) {
         const auto start = std::chrono::steady_clock::now();
         std::vector<std::thread> helpers;
         for (int t = 1; t < threads; ++t) {
@@ -224,18 +238,19 @@ Result measure(const llama::Config& config, const std::vector<int64_t>& mesh_sha
   r.weight_bytes = decode_weight_bytes(model.weights());
   StepMemory decode_memory(devices);
   if (devices == 1 && batch == 1) {
-    // Decode in chunks, each right after a bandwidth probe: this VM's speed
-    // drifts, and a bound measured next to the steps it bounds follows it.
-    // An untimed step after each probe stands for the step before in a real
-    // generation: the probe's 1 GiB stream evicts what decode keeps cached
-    // and lets the kernel worker fall asleep.
+    // Decode in chunks between bandwidth probes: this VM's speed drifts, and
+    // a bound measured next to the steps it bounds follows it. Each chunk is
+    // bounded by the faster of the probes before and after it, so a probe
+    // that hit a slow moment does not lower the bound (the fraction once
+    // read 1.2 with only the probe before). An untimed step after each
+    // probe stands for the step before in a real generation: the probe's
+    // 1 GiB stream evicts what decode keeps cached and lets the kernel
+    // worker fall asleep.
     BandwidthProbe probe;
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // OpenBLAS's pool goes back to sleep
     constexpr int64_t kChunks = 5;
-    std::vector<double> bandwidths, fractions;
+    std::vector<double> bandwidths{probe.measure()}, rates;
     double seconds = 0;
     for (int64_t chunk = 0; chunk < kChunks; ++chunk) {
-      bandwidths.push_back(probe.measure());
       // The first timed step rewrites the same cache slot.
       benchmark::DoNotOptimize(model.forward(next, kPrompt + chunk * steps / kChunks, cache).value());
       start = std::chrono::steady_clock::now();
@@ -245,7 +260,12 @@ Result measure(const llama::Config& config, const std::vector<int64_t>& mesh_sha
       const double chunk_seconds = seconds_since(start);
       seconds += chunk_seconds;
       const double chunk_steps = static_cast<double>((chunk + 1) * steps / kChunks - chunk * steps / kChunks);
-      fractions.push_back(chunk_steps * r.weight_bytes / chunk_seconds / bandwidths.back());
+      rates.push_back(chunk_steps * r.weight_bytes / chunk_seconds);
+      bandwidths.push_back(probe.measure());
+    }
+    std::vector<double> fractions;
+    for (std::size_t chunk = 0; chunk < rates.size(); ++chunk) {
+      fractions.push_back(rates[chunk] / std::max(bandwidths[chunk], bandwidths[chunk + 1]));
     }
     r.decode_tok_s = static_cast<double>(steps) / seconds;
     r.bandwidth = median(bandwidths);
