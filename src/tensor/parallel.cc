@@ -33,8 +33,8 @@ constexpr int64_t kMaxParts = static_cast<int64_t>(kWorkerMask) + 1;
 // form one forward stream from chunk to chunk: streams restarted at every
 // chunk read the weights of decode steps 4-9% slower. A thread whose range
 // is empty steals half of what another range has left, from the back, so
-// the threads finish within one small chunk of each other instead of one
-// waiting out another's last large one.
+// a thread that runs out of work waits at most for chunks already running,
+// not for the rest of another's share.
 //
 // A range word holds the job's generation (top 16 bits), the range's end
 // (next 24) and its front (low 24), in units of `align` items (or a
@@ -43,14 +43,16 @@ constexpr int64_t kMaxParts = static_cast<int64_t>(kWorkerMask) + 1;
 // on the job the word describes, whatever job the claiming thread thought
 // it was in, and that job cannot end before the chunk is done. The
 // generation check keeps a worker that woke after its job ended out of the
-// next one, which may have asked for fewer threads.
+// next one, which may have asked for fewer threads (a worker asleep across
+// 2^16 jobs may claim in a later one; by the above, that claim is still
+// correct).
 constexpr uint64_t kFieldBits = 24;
 constexpr uint64_t kFieldMask = (uint64_t{1} << kFieldBits) - 1;
 constexpr int64_t kMaxUnits = static_cast<int64_t>(kFieldMask);
 constexpr uint64_t kGenerationShift = 2 * kFieldBits;
 constexpr uint64_t kGenerationMask = 0xffff;
 
-uint64_t range_word(uint64_t generation, int64_t front, int64_t end) {
+uint64_t range_word(uint64_t generation, int64_t end, int64_t front) {
   return ((generation & kGenerationMask) << kGenerationShift) | (static_cast<uint64_t>(end) << kFieldBits) |
          static_cast<uint64_t>(front);
 }
@@ -96,7 +98,7 @@ class KernelPool {
     ++generation_;
     parts_.store(parts, std::memory_order_relaxed);
     for (int part = 0; part < parts; ++part) {
-      ranges_[part].word.store(range_word(generation_, claim_units * part / parts, claim_units * (part + 1) / parts),
+      ranges_[part].word.store(range_word(generation_, claim_units * (part + 1) / parts, claim_units * part / parts),
                                std::memory_order_release);
     }
     job_word_.store((uint64_t{generation_} << kWorkerBits) | static_cast<uint64_t>(helpers),
@@ -134,17 +136,17 @@ class KernelPool {
     }
   }
 
-  // Units [begin, end) from the front of range `part`: half of what it has
+  // Units [begin, end) from the front of range `own`: half of what it has
   // left, at least min_units_. False once it is empty or the job is over.
-  bool take_front(uint64_t generation, int part, int64_t& begin, int64_t& end) {
-    std::atomic<uint64_t>& range = ranges_[part].word;
+  bool take_front(uint64_t generation, int own, int64_t& begin, int64_t& end) {
+    std::atomic<uint64_t>& range = ranges_[own].word;
     uint64_t word = range.load(std::memory_order_acquire);
     for (;;) {
-      const int64_t front = range_front(word), last = range_end(word);
-      if (word >> kGenerationShift != (generation & kGenerationMask) || front >= last) return false;
-      const int64_t left = last - front;
+      const int64_t front = range_front(word), back = range_end(word);
+      if (word >> kGenerationShift != (generation & kGenerationMask) || front >= back) return false;
+      const int64_t left = back - front;
       const int64_t take = std::min(left, std::max((left + 1) / 2, min_units_.load(std::memory_order_relaxed)));
-      if (range.compare_exchange_weak(word, range_word(generation, front + take, last), std::memory_order_acq_rel,
+      if (range.compare_exchange_weak(word, range_word(generation, back, front + take), std::memory_order_acq_rel,
                                       std::memory_order_acquire)) {
         begin = front;
         end = front + take;
@@ -157,9 +159,9 @@ class KernelPool {
   // the most left: half of it, at least min_units_. False once all are empty
   // or the job is over.
   bool steal_back(uint64_t generation, int own, int64_t& begin, int64_t& end) {
-    // A worker of an ended job may read the next job's part count: it only
+    // A worker of an ended job may read another job's part count: it only
     // bounds the scan, the words' generation decides.
-    const int parts = std::min(parts_.load(std::memory_order_relaxed), static_cast<int>(kMaxParts));
+    const int parts = parts_.load(std::memory_order_relaxed);
     for (;;) {
       int victim = -1;
       uint64_t victim_word = 0;
@@ -175,12 +177,12 @@ class KernelPool {
         }
       }
       if (victim < 0) return false;
-      const int64_t front = range_front(victim_word), last = range_end(victim_word);
+      const int64_t front = range_front(victim_word), back = range_end(victim_word);
       const int64_t take = std::min(most, std::max((most + 1) / 2, min_units_.load(std::memory_order_relaxed)));
-      if (ranges_[victim].word.compare_exchange_strong(victim_word, range_word(generation, front, last - take),
+      if (ranges_[victim].word.compare_exchange_strong(victim_word, range_word(generation, back - take, front),
                                                        std::memory_order_acq_rel, std::memory_order_acquire)) {
-        begin = last - take;
-        end = last;
+        begin = back - take;
+        end = back;
         return true;
       }
     }
@@ -206,8 +208,8 @@ class KernelPool {
   std::mutex busy_;
   std::vector<std::thread> workers_;
   uint32_t generation_ = 0;
-  // One cache line each: idle workers poll job_word_ while the taking
-  // threads write the range words and done_.
+  // Own cache lines: idle workers poll job_word_, the taking threads write
+  // the range words and done_, and read the job's fields below.
   struct alignas(64) Range {
     std::atomic<uint64_t> word{0};
   };
@@ -218,7 +220,7 @@ class KernelPool {
   std::exception_ptr error_;  // written by the thread that set failed_, before its chunk is counted done
   // The job; written before the range words are published, read only by a
   // thread holding one of its chunks.
-  RangeFn fn_ = nullptr;
+  alignas(64) RangeFn fn_ = nullptr;
   const void* body_ = nullptr;
   int64_t count_ = 0, unit_ = 1;
   // Read before a claim, possibly while the next job is set up: atomic.

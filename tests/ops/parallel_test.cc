@@ -83,9 +83,9 @@ TEST(ParallelFor, AlternatingShortAndLongJobsEachRunExactlyOnce) {
   }
 }
 
-// A job of more units than the claim word counts (2^24) is handed out in
+// A job of more units than a range word counts (2^24 - 1) is handed out in
 // coarser units, still aligned and still covering every index once.
-TEST(ParallelFor, JobsLongerThanTheClaimWordCoverEveryIndex) {
+TEST(ParallelFor, JobsLongerThanARangeWordCoverEveryIndex) {
   const KernelThreads two(2);
   for (int64_t align : {1, 4}) {
     const int64_t count = (int64_t{1} << 24) * align + 5;

@@ -11,9 +11,9 @@ namespace shardflow {
 
 // Calls body(begin, end) on disjoint ranges that together cover [0, count)
 // exactly once, and returns when all are done. Each thread takes chunks
-// from the front of its own share, so it reads that share front to back,
-// then from the back of the others' shares, so a thread that starts late
-// takes fewer. A call runs on the calling thread alone when the pool is
+// from the front of its own share, so it reads that share front to back
+// (less what others take from its back), then from the back of the others'
+// shares, so a thread that starts late takes fewer. A call runs on the calling thread alone when the pool is
 // busy or count has fewer than 2 * min_part items, or when called from
 // inside a body (nested calls run inline). Ranges start at multiples of align. The
 // result must not depend on how [0, count) is split (write each output
