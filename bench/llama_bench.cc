@@ -56,6 +56,7 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+template <bool kPrefetch = false>
 void stream_wide(const float* p, std::size_t n);
 
 // Shapes of the same streaming sum: on this VM one thread often reads
@@ -73,21 +74,17 @@ void stream_narrow(const float* p, std::size_t n) {
 #endif
 }
 
+// kPrefetch adds the decode kernel's non-temporal prefetch 2 KiB ahead (the
+// two lines of each step): without that shape the decode steps sometimes
+// read faster than the bound.
+template <bool kPrefetch>
 void stream_wide(const float* p, std::size_t n) {
   float acc[32] = {};  // independent add chains, vectorised to the machine's width
   for (std::size_t i = 0; i < n; i += 32) {
-    for (std::size_t k = 0; k < 32; ++k) acc[k] += p[i + k];
-  }
-  benchmark::DoNotOptimize(acc);
-}
-
-// The wide sum with the decode kernel's non-temporal prefetch 2 KiB ahead:
-// without it the decode steps sometimes read faster than the bound.
-void stream_prefetched(const float* p, std::size_t n) {
-  float acc[32] = {};
-  for (std::size_t i = 0; i < n; i += 32) {
-    __builtin_prefetch(p + i + 512, 0, 0);
-    __builtin_prefetch(p + i + 528, 0, 0);
+    if constexpr (kPrefetch) {
+      __builtin_prefetch(p + i + 512, 0, 0);
+      __builtin_prefetch(p + i + 528, 0, 0);
+    }
     for (std::size_t k = 0; k < 32; ++k) acc[k] += p[i + k];
   }
   benchmark::DoNotOptimize(acc);
@@ -111,8 +108,8 @@ class BandwidthProbe {
       const std::size_t part = size() / static_cast<std::size_t>(threads) / 32 * 32;
       // Two passes of each: a single pass on this VM sometimes reads at
       // half speed, which would lower the bound.
-      for (auto* stream : {&stream_narrow, &stream_wide, &stream_prefetched, &stream_narrow, &stream_wide,
-                           &stream_prefetched}) {
+      for (auto* stream : {&stream_narrow, &stream_wide<false>, &stream_wide<true>, &stream_narrow,
+                           &stream_wide<false>, &stream_wide<true>}) {
         const auto start = std::chrono::steady_clock::now();
         std::vector<std::thread> helpers;
         for (int t = 1; t < threads; ++t) {

@@ -58,6 +58,7 @@ uint64_t range_word(uint64_t generation, int64_t end, int64_t front) {
 }
 int64_t range_front(uint64_t word) { return static_cast<int64_t>(word & kFieldMask); }
 int64_t range_end(uint64_t word) { return static_cast<int64_t>((word >> kFieldBits) & kFieldMask); }
+bool of_job(uint64_t word, uint64_t generation) { return word >> kGenerationShift == (generation & kGenerationMask); }
 
 // Set while a thread runs chunks of a job: a parallel_for inside a body
 // (a kernel calling another) runs inline instead of re-entering the pool.
@@ -136,6 +137,11 @@ class KernelPool {
     }
   }
 
+  // Half of `left` units, at least min_units_, at most all of them.
+  int64_t chunk_of(int64_t left) const {
+    return std::min(left, std::max((left + 1) / 2, min_units_.load(std::memory_order_relaxed)));
+  }
+
   // Units [begin, end) from the front of range `own`: half of what it has
   // left, at least min_units_. False once it is empty or the job is over.
   bool take_front(uint64_t generation, int own, int64_t& begin, int64_t& end) {
@@ -143,9 +149,8 @@ class KernelPool {
     uint64_t word = range.load(std::memory_order_acquire);
     for (;;) {
       const int64_t front = range_front(word), back = range_end(word);
-      if (word >> kGenerationShift != (generation & kGenerationMask) || front >= back) return false;
-      const int64_t left = back - front;
-      const int64_t take = std::min(left, std::max((left + 1) / 2, min_units_.load(std::memory_order_relaxed)));
+      if (!of_job(word, generation) || front >= back) return false;
+      const int64_t take = chunk_of(back - front);
       if (range.compare_exchange_weak(word, range_word(generation, back, front + take), std::memory_order_acq_rel,
                                       std::memory_order_acquire)) {
         begin = front;
@@ -169,7 +174,7 @@ class KernelPool {
       for (int part = 0; part < parts; ++part) {
         if (part == own) continue;
         const uint64_t word = ranges_[part].word.load(std::memory_order_acquire);
-        if (word >> kGenerationShift != (generation & kGenerationMask)) return false;
+        if (!of_job(word, generation)) return false;
         if (range_end(word) - range_front(word) > most) {
           most = range_end(word) - range_front(word);
           victim = part;
@@ -178,7 +183,7 @@ class KernelPool {
       }
       if (victim < 0) return false;
       const int64_t front = range_front(victim_word), back = range_end(victim_word);
-      const int64_t take = std::min(most, std::max((most + 1) / 2, min_units_.load(std::memory_order_relaxed)));
+      const int64_t take = chunk_of(most);
       if (ranges_[victim].word.compare_exchange_strong(victim_word, range_word(generation, back - take, front),
                                                        std::memory_order_acq_rel, std::memory_order_acquire)) {
         begin = back - take;

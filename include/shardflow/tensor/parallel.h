@@ -13,12 +13,13 @@ namespace shardflow {
 // exactly once, and returns when all are done. Each thread takes chunks
 // from the front of its own share, so it reads that share front to back
 // (less what others take from its back), then from the back of the others'
-// shares, so a thread that starts late takes fewer. A call runs on the calling thread alone when the pool is
-// busy or count has fewer than 2 * min_part items, or when called from
-// inside a body (nested calls run inline). Ranges start at multiples of align. The
-// result must not depend on how [0, count) is split (write each output
-// element from one range only). If a range throws, the others still run and
-// the first exception is rethrown on the calling thread.
+// shares, so a thread that starts late takes fewer. A call runs on the
+// calling thread alone when the pool is busy or count has fewer than
+// 2 * min_part items, or when called from inside a body (nested calls run
+// inline). Ranges start at multiples of align. The result must not depend
+// on how [0, count) is split (write each output element from one range
+// only). If a range throws, the others still run and the first exception
+// is rethrown on the calling thread.
 template <class Body>
 void parallel_for(int64_t count, int64_t min_part, int64_t align, const Body& body);
 
