@@ -60,8 +60,8 @@ int run_partition_command(const PartitionOptions& options);
 namespace shardflow::cli {
 
 struct LlamaOptions {
-  std::optional<std::string> weights;    // a llama2.c .bin
-  std::optional<std::string> tokenizer;  // a llama2.c tokenizer.bin
+  std::optional<std::string> weights;    // a llama2.c .bin or a Hugging Face directory
+  std::optional<std::string> tokenizer;  // tokenizer.bin, tokenizer.json or a directory holding one
   std::optional<std::string> config;     // a named config for random weights
   int64_t seed = 0;
   std::optional<std::string> mesh;

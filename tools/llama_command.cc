@@ -47,6 +47,25 @@ struct Setup {
   std::optional<llama::Tokenizer> tokenizer;
 };
 
+// --tokenizer, or else a Hugging Face checkpoint's own tokenizer.json. That
+// one is optional: when it is of a kind shardflow does not read, ids are
+// printed instead, unless the prompt is text.
+std::optional<llama::Tokenizer> load_tokenizer(const LlamaOptions& o, const Config& config) {
+  if (o.tokenizer) return llama::Tokenizer::load_any(*o.tokenizer, config.vocab_size);
+  if (!o.weights || !std::filesystem::is_directory(*o.weights)) return std::nullopt;
+  const std::filesystem::path own = std::filesystem::path(*o.weights) / "tokenizer.json";
+  if (!std::filesystem::exists(own)) return std::nullopt;
+  try {
+    return llama::Tokenizer::load_hf(own, config.vocab_size);
+  } catch (const Error& e) {
+    if (o.prompt) throw Error(fmt::format("{}; give the prompt as --prompt-ids instead", e.what()));
+    if (mpi_runtime() == nullptr || mpi_runtime()->process_index() == 0) {
+      std::cerr << fmt::format("note: prompts and outputs are token ids: {}\n", e.what());
+    }
+    return std::nullopt;
+  }
+}
+
 Setup make_setup(const LlamaOptions& o) {
   Setup s;
   if (o.weights && o.config) throw UsageError("--weights and --config exclude each other");
@@ -81,9 +100,12 @@ Setup make_setup(const LlamaOptions& o) {
   }
   if (o.batch) s.batch = *o.batch;
   if (s.batch < 1) throw Error(fmt::format("--batch must be at least 1, got {}", s.batch));
-  if (o.tokenizer) s.tokenizer = llama::Tokenizer::load(*o.tokenizer, s.config.vocab_size);
+  s.tokenizer = load_tokenizer(o, s.config);
   if (o.prompt) {
-    if (!s.tokenizer) throw Error("--prompt needs --tokenizer to encode the text; or give token ids with --prompt-ids");
+    if (!s.tokenizer) {
+      throw Error("--prompt needs a tokenizer to encode the text (--tokenizer, or a tokenizer.json in the --weights "
+                  "directory); or give token ids with --prompt-ids");
+    }
     s.prompt = s.tokenizer->encode(*o.prompt, /*bos=*/true, /*eos=*/false);
   } else if (o.prompt_ids) {
     s.prompt = parse_int_list("--prompt-ids", *o.prompt_ids);
@@ -236,7 +258,9 @@ int run_llama_command(const LlamaOptions& o) {
     out["cache_hits"] = cache_hits;
     out["collectives_per_decode_step"] = per_kind;
     if (check) out["max_abs_logit_diff"] = check->max_abs_logit_diff;
-    std::cout << out.dump() << "\n";
+    // A text cut inside a character, or byte tokens that spell none, is not
+    // UTF-8: such bytes print as U+FFFD rather than failing the output.
+    std::cout << out.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
   } else {
     for (std::size_t b = 0; b < g.tokens.size(); ++b) {
       std::cout << (g.tokens.size() > 1 ? fmt::format("[{}] ", b) : "") << row_text(s, g.tokens[b]) << "\n";

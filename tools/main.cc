@@ -83,13 +83,15 @@ static void add_llama_command(CLI::App& app, cli::LlamaOptions& o) {
       "llama", "Generate with LLaMA 2 on in-process devices: Megatron sharding plan, activation sharding "
                "inside the compiled step, one program for prefill and one for decode");
   c->add_option("--weights", o.weights, "llama2.c checkpoint (.bin) or Hugging Face checkpoint directory (config.json + safetensors); default: random weights of --config");
-  c->add_option("--tokenizer", o.tokenizer, "llama2.c tokenizer.bin (without it prompts and outputs are ids)");
+  c->add_option("--tokenizer", o.tokenizer,
+                "llama2.c tokenizer.bin, or Hugging Face tokenizer.json (or a directory holding one); default: the "
+                "tokenizer.json of a --weights directory, if any; without one prompts and outputs are ids");
   c->add_option("--config", o.config, "Random-weight config: tiny, stories15M (default), stories110M, 7B");
   c->add_option("--seed", o.seed, "Seed of random weights and of sampling");
   c->add_option("--mesh", o.mesh, "Mesh shape over the axes, e.g. 4,1,2 (default: all devices on 'model')");
   c->add_option("--axis-names", o.axis_names, "Mesh axis names (the plan uses data, fsdp, model)");
   c->add_option("--devices", o.devices, "In-process devices (default: the mesh size, or 1)");
-  auto* prompt = c->add_option("--prompt", o.prompt, "Prompt text (encoded with BOS; needs --tokenizer)");
+  auto* prompt = c->add_option("--prompt", o.prompt, "Prompt text (encoded with BOS; needs a tokenizer)");
   c->add_option("--prompt-ids", o.prompt_ids, "Prompt token ids, used exactly as given, e.g. 1,450,4996")
       ->excludes(prompt);
   c->add_option("--steps", o.steps, "Tokens to generate");

@@ -1,6 +1,8 @@
 // The `shardflow llama` contract that scripts rely on.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "shardflow/models/checkpoint.h"
@@ -80,7 +82,7 @@ TEST(LlamaCli, TextPromptsAndCheckpoints) {
 
   const CliResult no_tokenizer = run_cli("llama --config tiny --prompt hi");
   EXPECT_EQ(no_tokenizer.status, 1);
-  EXPECT_NE(no_tokenizer.err.find("--prompt needs --tokenizer"), std::string::npos) << no_tokenizer.err;
+  EXPECT_NE(no_tokenizer.err.find("--prompt needs a tokenizer"), std::string::npos) << no_tokenizer.err;
 }
 
 TEST(LlamaCli, BadInputGivesOneErrorLine) {
@@ -113,6 +115,64 @@ TEST(LlamaCli, HuggingFaceCheckpointDirectory) {
   const CliResult r = run_cli("llama --weights " + dir + " --mesh 2,1,2 --prompt-ids 1,2,3 --steps 4 --check --format json");
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(json::parse(r.out)["tokens"].size(), 2u);
+}
+
+// The checkpoint's own tokenizer.json, LLaMA 2 style: "hello world" in
+// pieces with "▁" for spaces, the rest of the tiny config's 320 ids unused.
+json llama_tokenizer_json() {
+  json vocab = json::object();
+  for (const char* special : {"<unk>", "<s>", "</s>"}) vocab[special] = vocab.size();
+  for (int b = 0; b < 256; ++b) vocab[fmt::format("<0x{:02X}>", b)] = vocab.size();
+  for (const char* piece : {"\u2581", "h", "e", "l", "o", "w", "r", "d", "he", "\u2581he", "ll", "llo",
+                            "\u2581hello", "\u2581w", "or", "\u2581wor", "ld", "\u2581world"}) {
+    vocab[piece] = vocab.size();
+  }
+  return {{"normalizer",
+           {{"type", "Sequence"},
+            {"normalizers", json::array({{{"type", "Prepend"}, {"prepend", "\u2581"}},
+                                         {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}}})}}},
+          {"pre_tokenizer", nullptr},
+          {"model",
+           {{"type", "BPE"},
+            {"byte_fallback", true},
+            {"vocab", vocab},
+            {"merges", {"h e", "\u2581 he", "l l", "ll o", "\u2581he llo", "\u2581 w", "o r", "\u2581w or", "l d",
+                        "\u2581wor ld"}}}}};
+}
+
+TEST(LlamaCli, HuggingFaceTokenizerNextToTheWeights) {
+  const std::string dir = testing::TempDir() + "hf_tiny_tokenizer";
+  shardflow::llama::write_hf(dir, shardflow::llama::random_weights(shardflow::llama::Config::named("tiny"), 5),
+                             shardflow::DType::kF32, 1);
+  std::ofstream(dir + "/tokenizer.json") << llama_tokenizer_json().dump();
+  const CliResult r = run_cli("llama --weights " + dir + " --prompt 'hello world' --steps 8 --format json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json out = json::parse(r.out);
+  EXPECT_EQ(out["text"][0].get<std::string>().rfind("hello world", 0), 0u) << out["text"];
+  // --tokenizer names it (or its directory) explicitly; the prompt encodes the same.
+  const CliResult named = run_cli("llama --weights " + dir + " --tokenizer " + dir +
+                                  " --prompt 'hello world' --steps 8 --format json");
+  ASSERT_EQ(named.status, 0) << named.err;
+  EXPECT_EQ(json::parse(named.out)["tokens"], out["tokens"]);
+  // A lone byte token (0xC3 starts a 2-byte character) is not UTF-8: JSON
+  // output shows U+FFFD for it instead of failing.
+  const CliResult cut = run_cli("llama --weights " + dir + " --prompt-ids 1,198 --steps 2 --format json");
+  ASSERT_EQ(cut.status, 0) << cut.err;
+  EXPECT_EQ(json::parse(cut.out)["text"][0].get<std::string>().rfind("\uFFFD", 0), 0u) << cut.out;
+
+  // A tokenizer.json of another kind: ids still work, with a note; text prompts do not.
+  json byte_level = llama_tokenizer_json();
+  byte_level["pre_tokenizer"] = {{"type", "ByteLevel"}};
+  std::ofstream(dir + "/tokenizer.json") << byte_level.dump();
+  const CliResult ids = run_cli("llama --weights " + dir + " --prompt-ids 1,2 --steps 2 --format json");
+  ASSERT_EQ(ids.status, 0) << ids.err;
+  EXPECT_NE(ids.err.find("note: prompts and outputs are token ids: tokenizer '" + dir +
+                         "/tokenizer.json': pre_tokenizer is \"ByteLevel\""),
+            std::string::npos)
+      << ids.err;
+  const CliResult text = run_cli("llama --weights " + dir + " --prompt hello --steps 2");
+  EXPECT_EQ(text.status, 1);
+  EXPECT_NE(text.err.find("give the prompt as --prompt-ids instead"), std::string::npos) << text.err;
 }
 
 }  // namespace

@@ -1,11 +1,18 @@
-// The LLaMA 2 tokenizer in llama2.c's `tokenizer.bin` form: a sentencepiece
-// vocabulary flattened to token strings and merge scores, encoded with greedy
-// highest-score pair merging and byte fallback.
+// The LLaMA 2 tokenizer: sentencepiece-style BPE with byte fallback, read
+// from either of two files.
 //
-// File format (little-endian, no vocabulary count: that is the model's vocab_size):
+// llama2.c's `tokenizer.bin`: the vocabulary flattened to token strings and
+// merge scores, encoded by greedy highest-score pair merging. Format
+// (little-endian, no vocabulary count: that is the model's vocab_size):
 //
 //   int32 max_token_length
 //   vocab_size times: float32 score, int32 length, `length` bytes of token text
+//
+// Hugging Face's `tokenizer.json` of the same family (LLaMA 1 and 2,
+// Mistral, TinyLlama, ...): a BPE model with byte_fallback, a vocabulary and
+// a ranked list of merges, spaces written as U+2581 ("▁"), which this class
+// stores as plain spaces, as llama2.c's export does. Encoding applies the
+// listed merges, lowest rank first, as the tokenizers library does.
 //
 // Ids 0, 1, 2 are <unk>, BOS and EOS; ids 3..258 are the byte tokens
 // "<0x00>".."<0xFF>" (checked on construction, since byte fallback relies on them).
@@ -40,7 +47,18 @@ class Tokenizer {
   // The same from bytes in memory; `source_name` starts every error message.
   static Tokenizer parse(std::span<const std::byte> bytes, int64_t vocab_size,
                          const std::string& source_name);
-  // Writes `tokens` and `scores` in the same format, max_token_length being the
+  // Reads a Hugging Face tokenizer.json for a model of `vocab_size` tokens
+  // (ids the file does not use decode to nothing). Throws shardflow::Error,
+  // naming the file and the field, when it is missing, not JSON, or not a
+  // BPE tokenizer of this family: byte fallback, ids 0..2 <unk>, <s>, </s>,
+  // spaces as "▁", no normalizer or pre-tokenizer beyond prepending and
+  // replacing "▁" (byte-level BPE such as LLaMA 3's is not supported).
+  static Tokenizer load_hf(const std::filesystem::path& path, int64_t vocab_size);
+  static Tokenizer parse_hf(std::string_view json, int64_t vocab_size, const std::string& source_name);
+  // A directory's tokenizer.json, a file named *.json, or else a tokenizer.bin.
+  static Tokenizer load_any(const std::filesystem::path& path, int64_t vocab_size);
+
+  // Writes `tokens` and `scores` in the llama2.c format, max_token_length being the
   // longest token.
   static void write(const std::filesystem::path& path, const std::vector<std::string>& tokens,
                     const std::vector<float>& scores);
@@ -49,22 +67,45 @@ class Tokenizer {
   // least kMinVocabSize, ids 3..258 are the byte tokens and no score is NaN.
   Tokenizer(std::vector<std::string> tokens, std::vector<float> scores);
 
+  // One listed merge of Hugging Face BPE: the ids of its left and right piece.
+  struct Merge {
+    int64_t left;
+    int64_t right;
+  };
+  struct RankedOptions {
+    // encode() puts a space before the text (and decode() drops it).
+    bool dummy_prefix = true;
+    // Each space starts a new word and no merge joins two words, as
+    // tokenizers' Metaspace pre-tokenizer with split=true does.
+    bool split_at_spaces = false;
+  };
+  // A tokenizer that merges by rank: merges[r] has rank r. Throws
+  // shardflow::Error as above, and when a merge names an id out of range or
+  // its pieces' concatenation is not an ordinary token. score() is 0 for
+  // every token.
+  Tokenizer(std::vector<std::string> tokens, const std::vector<Merge>& merges, RankedOptions options);
+
   int64_t vocab_size() const { return static_cast<int64_t>(tokens_.size()); }
   // The stored text of a token (throws when `id` is out of range).
   const std::string& token(int64_t id) const;
   float score(int64_t id) const;
 
   // llama2.c's encode: optional BOS; for non-empty text a leading space (the
-  // sentencepiece dummy prefix); each UTF-8 code point becomes its token, or
+  // sentencepiece dummy prefix; always for tokenizer.bin, as its file says
+  // for tokenizer.json); each UTF-8 code point becomes its token, or
   // its byte tokens when it has none (bytes that are not valid UTF-8 always
   // become byte tokens); then the adjacent pair whose concatenation is a token
   // with the highest score (the leftmost on ties) is merged until no pair
   // merges; optional EOS. Merges never produce <unk>, BOS, EOS or byte tokens.
+  // A tokenizer with ranked merges instead merges the adjacent pair that is
+  // a listed merge of the lowest rank (the leftmost on ties), so a pair whose
+  // concatenation is a token but not a listed merge stays apart.
   std::vector<int64_t> encode(std::string_view text, bool bos, bool eos) const;
 
   // The text of `token` printed after `previous`: BOS and EOS are markers and
   // print nothing; "<0xHH>" prints that raw byte; after BOS a leading space
-  // (the dummy prefix) is dropped, also when it comes from the byte token <0x20>.
+  // (the dummy prefix, when the tokenizer adds one) is dropped, also when it
+  // comes from the byte token <0x20>.
   // `previous` is only compared with BOS, so any value (such as -1) may be passed.
   std::string decode(int64_t previous, int64_t token) const;
 
@@ -81,6 +122,17 @@ class Tokenizer {
     }
   };
 
+  // The ranked merge of a pair of ids, for tokenizers that have them.
+  struct RankedMerge {
+    int64_t rank;
+    int64_t merged;
+  };
+  static uint64_t pair_key(int64_t left, int64_t right) {
+    return static_cast<uint64_t>(left) << 32 | static_cast<uint64_t>(right);
+  }
+
+  // The checks both constructors share, and the text -> id table.
+  void index_tokens();
   void check_id(int64_t id, std::string_view what) const;
   // The id of the token with exactly this text that merges may produce, or -1.
   int64_t lookup(std::string_view text) const;
@@ -91,6 +143,10 @@ class Tokenizer {
   // Text -> id for every ordinary token (not ids 0..258); built once.
   std::unordered_map<std::string, int64_t, StringHash, std::equal_to<>> ids_;
   std::size_t longest_token_ = 0;
+  // Empty for tokenizer.bin, which merges by score.
+  std::unordered_map<uint64_t, RankedMerge> ranked_merges_;
+  bool dummy_prefix_ = true;
+  bool split_at_spaces_ = false;
 };
 
 }  // namespace shardflow::llama

@@ -5,11 +5,10 @@
 #include <fstream>
 #include <limits>
 #include <optional>
-#include <sstream>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
+#include "json_file.h"
 #include "placement.h"
 #include "safetensors.h"
 #include "shardflow/base/error.h"
@@ -22,10 +21,6 @@ namespace {
 constexpr const char* kConfigFile = "config.json";
 constexpr const char* kSingleFile = "model.safetensors";
 constexpr const char* kIndexFile = "model.safetensors.index.json";
-// config.json and the index are a few KB; refuse to parse anything huge.
-constexpr std::uintmax_t kMaxJsonBytes = std::uintmax_t{64} << 20;
-
-using Json = nlohmann::json;
 
 void check_directory(const std::filesystem::path& dir) {
   std::error_code ec;
@@ -33,38 +28,6 @@ void check_directory(const std::filesystem::path& dir) {
     throw Error(fmt::format("Hugging Face checkpoint directory '{}' {}", dir.string(),
                             std::filesystem::exists(dir, ec) ? "is not a directory" : "does not exist"));
   }
-}
-
-// `what` names the file's role in messages ("Hugging Face config").
-Json read_json(const std::filesystem::path& path, const std::string& what) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) {
-    throw Error(fmt::format("cannot open {} '{}': {}", what, path.string(),
-                            std::filesystem::exists(path, ec) ? "not a regular file" : "no such file"));
-  }
-  const std::uintmax_t size = std::filesystem::file_size(path, ec);
-  if (ec) throw Error(fmt::format("cannot read {} '{}': {}", what, path.string(), ec.message()));
-  if (size > kMaxJsonBytes) {
-    throw Error(fmt::format("{} '{}' has {} bytes, more than the limit of {}", what, path.string(), size,
-                            kMaxJsonBytes));
-  }
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (!in) throw Error(fmt::format("cannot read {} '{}'", what, path.string()));
-  try {
-    return Json::parse(text.str());
-  } catch (const Json::exception& e) {
-    throw Error(fmt::format("{} '{}' is not valid JSON: {}", what, path.string(), e.what()));
-  }
-}
-
-std::string describe(const Json& value) {
-  if (value.is_number_float()) return "a floating-point number";
-  if (value.is_number()) return "an integer";
-  if (value.is_null()) return "null";
-  const std::string type = value.type_name();
-  return (type == "array" || type == "object" ? "an " : "a ") + type;
 }
 
 // The fields of config.json, with errors naming the file and the field.

@@ -1,9 +1,12 @@
-// The llama2.c tokenizer: reading and writing tokenizer.bin, encoding by
-// greedy pair merges, decoding with the dummy-prefix and byte-token rules.
+// The LLaMA tokenizer: reading and writing tokenizer.bin, encoding by
+// greedy pair merges, decoding with the dummy-prefix and byte-token rules
+// (tokenizer.json is read in hf_tokenizer.cc).
 //
 // Encoding is llama2.c's algorithm (merge the best-scoring adjacent pair,
-// leftmost on ties, until none merges) done with a heap instead of a rescan
-// per merge, so a long prompt costs O(n log n) lookups rather than O(n^2).
+// leftmost on ties, until none merges), or with ranked merges the tokenizers
+// library's (the lowest-ranked listed pair, leftmost on ties), done with a
+// heap instead of a rescan per merge, so a long prompt costs O(n log n)
+// lookups rather than O(n^2).
 #include "shardflow/models/tokenizer.h"
 
 #include <fmt/format.h>
@@ -76,6 +79,31 @@ Tokenizer::Tokenizer(std::vector<std::string> tokens, std::vector<float> scores)
     throw Error(
         fmt::format("tokenizer has {} tokens but {} scores", tokens_.size(), scores_.size()));
   }
+  index_tokens();
+}
+
+Tokenizer::Tokenizer(std::vector<std::string> tokens, const std::vector<Merge>& merges, RankedOptions options)
+    : tokens_(std::move(tokens)), dummy_prefix_(options.dummy_prefix), split_at_spaces_(options.split_at_spaces) {
+  scores_.assign(tokens_.size(), 0.0f);
+  index_tokens();
+  ranked_merges_.reserve(merges.size());
+  for (std::size_t rank = 0; rank < merges.size(); ++rank) {
+    const Merge& m = merges[rank];
+    check_id(m.left, fmt::format("merge {}: left piece", rank));
+    check_id(m.right, fmt::format("merge {}: right piece", rank));
+    const std::string merged_text = tokens_[m.left] + tokens_[m.right];
+    const int64_t merged = lookup(merged_text);
+    if (merged < 0) {
+      throw Error(fmt::format("merge {} ({} + {}) makes {}, which is not an ordinary token", rank,
+                              quote_for_message(tokens_[m.left], 40), quote_for_message(tokens_[m.right], 40),
+                              quote_for_message(merged_text, 40)));
+    }
+    // A pair listed twice keeps its first (lowest) rank.
+    ranked_merges_.try_emplace(pair_key(m.left, m.right), RankedMerge{static_cast<int64_t>(rank), merged});
+  }
+}
+
+void Tokenizer::index_tokens() {
   if (vocab_size() < kMinVocabSize || vocab_size() > kMaxVocabSize) {
     throw Error(
         fmt::format("tokenizer has {} tokens, expected {}..{} (<unk>, <s>, </s> and the "
@@ -211,6 +239,13 @@ Tokenizer Tokenizer::load(const std::filesystem::path& path, int64_t vocab_size)
   return parse(bytes, vocab_size, path.string());
 }
 
+Tokenizer Tokenizer::load_any(const std::filesystem::path& path, int64_t vocab_size) {
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) return load_hf(path / "tokenizer.json", vocab_size);
+  if (path.extension() == ".json") return load_hf(path, vocab_size);
+  return load(path, vocab_size);
+}
+
 void Tokenizer::write(const std::filesystem::path& path, const std::vector<std::string>& tokens,
                       const std::vector<float>& scores) {
   if (tokens.size() != scores.size()) {
@@ -269,7 +304,7 @@ std::vector<int64_t> Tokenizer::encode(std::string_view text, bool bos, bool eos
     // the same tokens as a word inside the text.
     std::string spaced;
     spaced.reserve(text.size() + 1);
-    spaced += ' ';
+    if (dummy_prefix_) spaced += ' ';
     spaced += text;
     std::vector<int64_t> pieces;
     pieces.reserve(spaced.size());
@@ -299,7 +334,7 @@ namespace {
 // A possible merge of the pieces at positions `left` and `right`, valid while
 // they are still adjacent and still hold `left_id` and `right_id`.
 struct Candidate {
-  float score;
+  double priority;  // the merged token's score, or minus the merge's rank
   std::size_t left;
   std::size_t right;
   int64_t left_id;
@@ -307,10 +342,11 @@ struct Candidate {
   int64_t merged_id;
 };
 
-// Heap order: higher score first, then the leftmost pair, as llama2.c's scan picks.
+// Heap order: higher priority first, then the leftmost pair, as llama2.c's
+// scan and the tokenizers library pick.
 struct WorseCandidate {
   bool operator()(const Candidate& a, const Candidate& b) const {
-    if (a.score != b.score) return a.score < b.score;
+    if (a.priority != b.priority) return a.priority < b.priority;
     return a.left > b.left;
   }
 };
@@ -333,6 +369,16 @@ void Tokenizer::merge_pairs(std::vector<int64_t>& ids) const {
   std::priority_queue<Candidate, std::vector<Candidate>, WorseCandidate> heap;
   std::string pair;
   const auto consider = [&](std::size_t left, std::size_t right) {
+    if (!ranked_merges_.empty()) {
+      // Within a word a space only starts a piece, so a right piece that
+      // starts with one starts the next word.
+      if (split_at_spaces_ && tokens_[ids[right]].starts_with(' ')) return;
+      const auto it = ranked_merges_.find(pair_key(ids[left], ids[right]));
+      if (it != ranked_merges_.end()) {
+        heap.push({-static_cast<double>(it->second.rank), left, right, ids[left], ids[right], it->second.merged});
+      }
+      return;
+    }
     const std::string& a = tokens_[ids[left]];
     const std::string& b = tokens_[ids[right]];
     if (a.size() + b.size() > longest_token_) return;  // cannot be a token; skip the hash
@@ -372,7 +418,7 @@ std::string Tokenizer::decode(int64_t previous, int64_t token) const {
                           : tokens_[token];
   // Drop the dummy prefix encode() added. Checking after the byte conversion
   // keeps round trips exact when the space itself fell back to <0x20>.
-  if (previous == kBos && !piece.empty() && piece.front() == ' ') piece.erase(0, 1);
+  if (dummy_prefix_ && previous == kBos && !piece.empty() && piece.front() == ' ') piece.erase(0, 1);
   return piece;
 }
 
