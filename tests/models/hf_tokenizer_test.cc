@@ -16,65 +16,37 @@
 #include <string>
 #include <vector>
 
+#include "models/llama_tokenizer_json.h"
 #include "shardflow/base/error.h"
 #include "shardflow/models/tokenizer.h"
 
 namespace sf = shardflow;
 using json = nlohmann::json;
 using sf::llama::Tokenizer;
+using sf::llama_test::llama_style;
 
 namespace {
 
-constexpr const char* kMeta = "\u2581";
-
-// A tokenizer.json with LLaMA 2's normalizer and decoder, `pieces` after the
-// byte tokens (ids from 259) and `merges` as "left right" strings.
-json llama_style(const std::vector<std::string>& pieces, const std::vector<std::string>& merges) {
-  json vocab = json::object();
-  vocab["<unk>"] = 0;
-  vocab["<s>"] = 1;
-  vocab["</s>"] = 2;
-  for (int b = 0; b < 256; ++b) vocab[fmt::format("<0x{:02X}>", b)] = 3 + b;
-  for (std::size_t i = 0; i < pieces.size(); ++i) vocab[pieces[i]] = 259 + i;
-  return {
-      {"version", "1.0"},
-      {"added_tokens",
-       json::array({{{"id", 0}, {"content", "<unk>"}, {"special", true}},
-                    {{"id", 1}, {"content", "<s>"}, {"special", true}},
-                    {{"id", 2}, {"content", "</s>"}, {"special", true}}})},
-      {"normalizer",
-       {{"type", "Sequence"},
-        {"normalizers", json::array({{{"type", "Prepend"}, {"prepend", kMeta}},
-                                     {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", kMeta}}})}}},
-      {"pre_tokenizer", nullptr},
-      {"decoder", {{"type", "Sequence"}}},
-      {"model",
-       {{"type", "BPE"},
-        {"unk_token", "<unk>"},
-        {"fuse_unk", true},
-        {"byte_fallback", true},
-        {"vocab", vocab},
-        {"merges", merges}}},
-  };
-}
+using sf::llama_test::kMeta;
 
 // Pieces spelling " hello world" and merges that build it, LLaMA style.
-const std::vector<std::string> kPieces = {"\u2581", "h", "e", "l", "o", "w", "r", "d",
-                                          "he", "ll", "\u2581he", "llo", "\u2581hello", "\u2581w", "or", "\u2581wor",
-                                          "ld", "\u2581world"};
-const std::vector<std::string> kMerges = {"h e", "l l", "\u2581 he", "ll o", "\u2581he llo", "\u2581 w",
-                                          "o r", "\u2581w or", "l d", "\u2581wor ld"};
+const std::vector<std::string> kPieces = {
+    "\u2581", "h",        "e",   "l",           "o",       "w",  "r",         "d",  "he",
+    "ll",     "\u2581he", "llo", "\u2581hello", "\u2581w", "or", "\u2581wor", "ld", "\u2581world"};
+const std::vector<std::string> kMerges = {"h e",      "l l", "\u2581 he",  "ll o", "\u2581he llo",
+                                          "\u2581 w", "o r", "\u2581w or", "l d",  "\u2581wor ld"};
 constexpr int64_t kVocab = 320;
 
-int64_t id_of(const std::string& piece) {
-  for (std::size_t i = 0; i < kPieces.size(); ++i) {
-    if (kPieces[i] == piece) return 259 + static_cast<int64_t>(i);
-  }
-  ADD_FAILURE() << "no piece " << piece;
-  return -1;
+// The id of `piece` when `pieces` follow the byte tokens.
+int64_t piece_id(const std::vector<std::string>& pieces, const std::string& piece) {
+  const auto found = std::find(pieces.begin(), pieces.end(), piece);
+  EXPECT_NE(found, pieces.end()) << piece;
+  return 259 + static_cast<int64_t>(found - pieces.begin());
 }
 
-Tokenizer parse(const json& file, int64_t vocab = kVocab) { return Tokenizer::parse_hf(file.dump(), vocab, "tok.json"); }
+Tokenizer parse(const json& file, int64_t vocab = kVocab) {
+  return Tokenizer::parse_hf(file.dump(), vocab, "tok.json");
+}
 
 // The error message of parsing `file`, or "" when it parses.
 std::string error_of(const json& file, int64_t vocab = kVocab) {
@@ -89,37 +61,52 @@ std::string error_of(const json& file, int64_t vocab = kVocab) {
 TEST(HfTokenizer, EncodesWithTheListedMergesAndDecodesBack) {
   const Tokenizer t = parse(llama_style(kPieces, kMerges));
   EXPECT_EQ(t.vocab_size(), kVocab);
-  EXPECT_EQ(t.token(id_of("\u2581hello")), " hello");  // "▁" is stored as a space
+  EXPECT_EQ(t.token(piece_id(kPieces, "\u2581hello")), " hello");  // "▁" is stored as a space
   EXPECT_EQ(t.encode("hello world", true, false),
-            (std::vector<int64_t>{Tokenizer::kBos, id_of("\u2581hello"), id_of("\u2581world")}));
+            (std::vector<int64_t>{Tokenizer::kBos, piece_id(kPieces, "\u2581hello"),
+                                  piece_id(kPieces, "\u2581world")}));
   EXPECT_EQ(t.decode(t.encode("hello world", true, true)), "hello world");
   // "q" has no piece: its byte token stands in.
   EXPECT_EQ(t.encode("hq", false, false),
-            (std::vector<int64_t>{id_of("\u2581"), id_of("h"), Tokenizer::kFirstByteToken + 'q'}));
+            (std::vector<int64_t>{piece_id(kPieces, "\u2581"), piece_id(kPieces, "h"),
+                                  Tokenizer::kFirstByteToken + 'q'}));
   // Ids the file does not use (the model's vocabulary is larger) decode to nothing.
   EXPECT_EQ(t.token(kVocab - 1), "");
-  EXPECT_EQ(t.decode(std::vector<int64_t>{id_of("\u2581world"), kVocab - 1}), "world");
+  EXPECT_EQ(t.decode(std::vector<int64_t>{piece_id(kPieces, "\u2581world"), kVocab - 1}), "world");
 }
 
 TEST(HfTokenizer, OnlyListedPairsMergeLowestRankFirst) {
   // "ab" and "bc" are both pieces and pair merges; "abc" is only made from "ab" + "c".
   const std::vector<std::string> pieces = {"\u2581", "a", "b", "c", "ab", "bc", "abc", "\u2581a"};
-  const auto id = [&](const std::string& p) {
-    return 259 + static_cast<int64_t>(std::find(pieces.begin(), pieces.end(), p) - pieces.begin());
-  };
+  const auto id = [&](const std::string& p) { return piece_id(pieces, p); };
   // "b c" ranks before "a b": "abc" becomes a + bc, and a + bc is not a listed
   // merge, although llama2.c's rule (any pair whose text is a piece) would make "abc".
   const Tokenizer bc_first = parse(llama_style(pieces, {"b c", "a b", "ab c", "\u2581 a"}));
-  EXPECT_EQ(bc_first.encode("abc", false, false),
-            (std::vector<int64_t>{id("\u2581a"), id("bc")}));
-  EXPECT_EQ(bc_first.encode("xabc", false, false),
-            (std::vector<int64_t>{id("\u2581"), Tokenizer::kFirstByteToken + 'x', id("a"), id("bc")}));
+  EXPECT_EQ(bc_first.encode("abc", false, false), (std::vector<int64_t>{id("\u2581a"), id("bc")}));
+  EXPECT_EQ(
+      bc_first.encode("xabc", false, false),
+      (std::vector<int64_t>{id("\u2581"), Tokenizer::kFirstByteToken + 'x', id("a"), id("bc")}));
   const Tokenizer ab_first = parse(llama_style(pieces, {"a b", "b c", "ab c", "\u2581 a"}));
   EXPECT_EQ(ab_first.encode("xabc", false, false),
             (std::vector<int64_t>{id("\u2581"), Tokenizer::kFirstByteToken + 'x', id("abc")}));
-  // Without the listed merge, the pieces of "ab" stay apart.
+  // Without the listed merge, the pieces of "ab" stay apart, even with no merges at all.
   const Tokenizer unlisted = parse(llama_style(pieces, {"b c"}));
-  EXPECT_EQ(unlisted.encode("ab", false, false), (std::vector<int64_t>{id("\u2581"), id("a"), id("b")}));
+  EXPECT_EQ(unlisted.encode("ab", false, false),
+            (std::vector<int64_t>{id("\u2581"), id("a"), id("b")}));
+  EXPECT_EQ(parse(llama_style(pieces, {})).encode("ab", false, false),
+            (std::vector<int64_t>{id("\u2581"), id("a"), id("b")}));
+  // A pair listed twice takes its last rank, as in the tokenizers library.
+  const Tokenizer relisted = parse(llama_style(pieces, {"b c", "a b", "ab c", "\u2581 a", "b c"}));
+  EXPECT_EQ(relisted.encode("xabc", false, false),
+            (std::vector<int64_t>{id("\u2581"), Tokenizer::kFirstByteToken + 'x', id("abc")}));
+}
+
+TEST(HfTokenizer, AMetaSpaceInTheTextIsASpace) {
+  const Tokenizer t = parse(llama_style(kPieces, kMerges));
+  EXPECT_EQ(t.encode("\u2581hello\u2581world", true, false), t.encode(" hello world", true, false));
+  EXPECT_EQ(
+      t.encode("hello\u2581world", false, false),
+      (std::vector<int64_t>{piece_id(kPieces, "\u2581hello"), piece_id(kPieces, "\u2581world")}));
 }
 
 TEST(HfTokenizer, MergesAsPairsEqualMergesAsStrings) {
@@ -135,10 +122,11 @@ TEST(HfTokenizer, MergesAsPairsEqualMergesAsStrings) {
 }
 
 TEST(HfTokenizer, DummyPrefixFollowsTheNormalizerOrPreTokenizer) {
-  const int64_t space = id_of("\u2581"), h = id_of("h");
+  const int64_t space = piece_id(kPieces, "\u2581"), h = piece_id(kPieces, "h");
   json metaspace = llama_style(kPieces, {});
   metaspace["normalizer"] = nullptr;
-  metaspace["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", kMeta}, {"prepend_scheme", "first"}, {"split", false}};
+  metaspace["pre_tokenizer"] = {
+      {"type", "Metaspace"}, {"replacement", kMeta}, {"prepend_scheme", "first"}, {"split", false}};
   EXPECT_EQ(parse(metaspace).encode("h", false, false), (std::vector<int64_t>{space, h}));
   metaspace["pre_tokenizer"]["prepend_scheme"] = "never";
   const Tokenizer no_prefix = parse(metaspace);
@@ -149,19 +137,26 @@ TEST(HfTokenizer, DummyPrefixFollowsTheNormalizerOrPreTokenizer) {
   legacy["pre_tokenizer"].erase("prepend_scheme");
   legacy["pre_tokenizer"]["add_prefix_space"] = true;
   EXPECT_EQ(parse(legacy).encode("h", false, false), (std::vector<int64_t>{space, h}));
+  // Metaspace adds no "▁" before a text that starts with one; Prepend always does.
+  metaspace["pre_tokenizer"]["prepend_scheme"] = "first";
+  EXPECT_EQ(parse(metaspace).encode(" h", false, false), (std::vector<int64_t>{space, h}));
+  EXPECT_EQ(parse(llama_style(kPieces, {})).encode(" h", false, false),
+            (std::vector<int64_t>{space, space, h}));
   json replace_only = llama_style(kPieces, {});
   replace_only["normalizer"]["normalizers"].erase(0);
   EXPECT_EQ(parse(replace_only).encode("h", false, false), (std::vector<int64_t>{h}));
 }
 
 TEST(HfTokenizer, MetaspaceSplitKeepsMergesInsideWords) {
-  const std::vector<std::string> pieces = {"\u2581", "a", "b", "\u2581a", "\u2581b", "\u2581\u2581"};
-  const auto id = [&](const std::string& p) {
-    return 259 + static_cast<int64_t>(std::find(pieces.begin(), pieces.end(), p) - pieces.begin());
-  };
+  const std::vector<std::string> pieces = {"\u2581",  "a",       "b",
+                                           "\u2581a", "\u2581b", "\u2581\u2581"};
+  const auto id = [&](const std::string& p) { return piece_id(pieces, p); };
   json file = llama_style(pieces, {"\u2581 \u2581", "\u2581 a", "\u2581 b"});
   file["normalizer"] = nullptr;
-  file["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", kMeta}, {"prepend_scheme", "always"}, {"split", false}};
+  file["pre_tokenizer"] = {{"type", "Metaspace"},
+                           {"replacement", kMeta},
+                           {"prepend_scheme", "always"},
+                           {"split", false}};
   // One word: the two spaces merge first, and "▁▁" + "b" is no merge.
   EXPECT_EQ(parse(file).encode("a  b", false, false),
             (std::vector<int64_t>{id("\u2581a"), id("\u2581\u2581"), id("b")}));
@@ -176,7 +171,9 @@ TEST(HfTokenizer, MetaspaceSplitKeepsMergesInsideWords) {
 
 // The tokenizers library's BPE, written the slow way: merge the adjacent pair
 // with the lowest rank (leftmost on ties) until no listed pair is adjacent.
-std::vector<int64_t> reference_merge(std::vector<int64_t> ids, const std::map<std::pair<int64_t, int64_t>, std::pair<int64_t, int64_t>>& ranked) {
+std::vector<int64_t> reference_merge(
+    std::vector<int64_t> ids,
+    const std::map<std::pair<int64_t, int64_t>, std::pair<int64_t, int64_t>>& ranked) {
   for (;;) {
     std::size_t best = ids.size();
     int64_t best_rank = 0, merged = 0;
@@ -196,29 +193,36 @@ std::vector<int64_t> reference_merge(std::vector<int64_t> ids, const std::map<st
 
 TEST(HfTokenizer, RandomMergeTablesMatchTheReferenceAndRoundTrip) {
   std::mt19937 rng(7);
-  const std::vector<std::string> alphabet = {"\u2581", "a", "b", "c", "\u00e9", "\u4e2d"};  // ▁, a, b, c, é, 中
+  const std::vector<std::string> alphabet = {"\u2581", "a",      "b",
+                                             "c",      "\u00e9", "\u4e2d"};  // ▁, a, b, c, é, 中
   for (int round = 0; round < 20; ++round) {
     // Pieces: the alphabet, then merges of random earlier pieces, in rank order.
     std::vector<std::string> pieces = alphabet;
     std::vector<std::string> merges;
-    std::map<std::pair<int64_t, int64_t>, std::pair<int64_t, int64_t>> ranked;  // (left, right) -> (rank, merged)
+    std::map<std::pair<int64_t, int64_t>, std::pair<int64_t, int64_t>>
+        ranked;  // (left, right) -> (rank, merged)
     std::set<std::string> known(pieces.begin(), pieces.end());
     while (merges.size() < 40) {
-      const auto l = static_cast<int64_t>(rng() % pieces.size()), r = static_cast<int64_t>(rng() % pieces.size());
+      const auto l = static_cast<int64_t>(rng() % pieces.size()),
+                 r = static_cast<int64_t>(rng() % pieces.size());
       const std::string text = pieces[l] + pieces[r];
       if (text.size() > 12 || ranked.count({259 + l, 259 + r})) continue;
       if (known.insert(text).second) pieces.push_back(text);
-      const auto merged = 259 + static_cast<int64_t>(std::find(pieces.begin(), pieces.end(), text) - pieces.begin());
+      const auto merged = 259 + static_cast<int64_t>(std::find(pieces.begin(), pieces.end(), text) -
+                                                     pieces.begin());
       ranked[{259 + l, 259 + r}] = {static_cast<int64_t>(merges.size()), merged};
       merges.push_back(pieces[l] + " " + pieces[r]);
     }
-    const Tokenizer t = parse(llama_style(pieces, merges), 259 + static_cast<int64_t>(pieces.size()));
+    const Tokenizer t =
+        parse(llama_style(pieces, merges), 259 + static_cast<int64_t>(pieces.size()));
     for (int sample = 0; sample < 30; ++sample) {
       // Text of alphabet characters, spaces and a few that have no piece ('x', an invalid byte).
       std::string text;
-      const std::vector<std::string> letters = {" ", "a", "b", "c", "\u00e9", "\u4e2d", "x", "\xff"};
+      const std::vector<std::string> letters = {" ",      "a",      "b", "c",
+                                                "\u00e9", "\u4e2d", "x", "\xff"};
       for (std::size_t n = rng() % 16; n > 0; --n) text += letters[rng() % letters.size()];
-      // The pieces before merging: characters ("▁" for spaces, with the dummy prefix) or their bytes.
+      // The pieces before merging: characters ("▁" for spaces, with the dummy prefix) or their
+      // bytes.
       std::vector<int64_t> start;
       const std::string spaced = text.empty() ? text : " " + text;  // no dummy prefix for no text
       for (std::size_t i = 0; i < spaced.size();) {
@@ -226,16 +230,19 @@ TEST(HfTokenizer, RandomMergeTablesMatchTheReferenceAndRoundTrip) {
         for (const std::string& c : alphabet) {
           if (c != "\u2581" && spaced.compare(i, c.size(), c) == 0) length = c.size();
         }
-        const std::string c = spaced.substr(i, length) == " " ? std::string(kMeta) : spaced.substr(i, length);
+        const std::string c =
+            spaced.substr(i, length) == " " ? std::string(kMeta) : spaced.substr(i, length);
         const auto found = std::find(pieces.begin(), pieces.end(), c);
         if (found != pieces.end()) {
           start.push_back(259 + (found - pieces.begin()));
         } else {
-          for (const char byte : c) start.push_back(Tokenizer::kFirstByteToken + static_cast<unsigned char>(byte));
+          for (const char byte : c)
+            start.push_back(Tokenizer::kFirstByteToken + static_cast<unsigned char>(byte));
         }
         i += length;
       }
-      EXPECT_EQ(t.encode(text, false, false), reference_merge(start, ranked)) << "round " << round << ": " << text;
+      EXPECT_EQ(t.encode(text, false, false), reference_merge(start, ranked))
+          << "round " << round << ": " << text;
       EXPECT_EQ(t.decode(t.encode(text, true, false)), text) << text;
     }
   }
@@ -245,19 +252,31 @@ TEST(HfTokenizer, LoadAnyPicksTheFormatByPath) {
   const std::filesystem::path dir = std::filesystem::path(testing::TempDir()) / "hf_tokenizer_dir";
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "tokenizer.json") << llama_style(kPieces, kMerges).dump();
-  const std::vector<int64_t> expected = {id_of("\u2581hello")};
+  const std::vector<int64_t> expected = {piece_id(kPieces, "\u2581hello")};
   EXPECT_EQ(Tokenizer::load_any(dir, kVocab).encode("hello", false, false), expected);
-  EXPECT_EQ(Tokenizer::load_any(dir / "tokenizer.json", kVocab).encode("hello", false, false), expected);
-  EXPECT_EQ(Tokenizer::load_hf(dir / "tokenizer.json", kVocab).encode("hello", false, false), expected);
+  EXPECT_EQ(Tokenizer::load_any(dir / "tokenizer.json", kVocab).encode("hello", false, false),
+            expected);
+  EXPECT_EQ(Tokenizer::load_hf(dir / "tokenizer.json", kVocab).encode("hello", false, false),
+            expected);
   // Anything else is read as llama2.c's tokenizer.bin.
   try {
     Tokenizer::load_any(dir / "tokenizer.bin", kVocab);
     ADD_FAILURE() << "a missing tokenizer.bin loaded";
   } catch (const sf::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("cannot read tokenizer file"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("cannot read tokenizer file"), std::string::npos)
+        << e.what();
   }
   try {
-    Tokenizer::load_any(std::filesystem::path(testing::TempDir()) / "no_such_dir" / "x.json", kVocab);
+    Tokenizer::load_any(dir / "tokenizer.model", kVocab);
+    ADD_FAILURE() << "a sentencepiece model loaded";
+  } catch (const sf::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("sentencepiece .model files are not read"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    Tokenizer::load_any(std::filesystem::path(testing::TempDir()) / "no_such_dir" / "x.json",
+                        kVocab);
     ADD_FAILURE() << "a missing tokenizer.json loaded";
   } catch (const sf::Error& e) {
     EXPECT_NE(std::string(e.what()).find("no such file"), std::string::npos) << e.what();
@@ -277,29 +296,72 @@ TEST(HfTokenizer, UnsupportedOrInconsistentFilesNameTheField) {
       {[](json& j) { j["model"]["ignore_merges"] = true; }, "model.ignore_merges is not false"},
       {[](json& j) { j["model"].erase("vocab"); }, "model.vocab is missing, expected an object"},
       {[](json& j) { j["model"]["merges"] = 3; }, "model.merges is an integer, expected an array"},
-      {[](json& j) { j["model"]["merges"].push_back("h e l"); }, "model.merges[10] is \"h e l\", expected two pieces"},
-      {[](json& j) { j["model"]["merges"].push_back("h q"); }, "model.merges[10] names \"q\", which is not in the vocabulary"},
-      {[](json& j) { j["model"]["merges"].push_back("d h"); }, "merge 10 (\"d\" + \"h\") makes \"dh\", which is not an ordinary token"},
-      {[](json& j) { j["model"]["merges"].push_back(json::array({"h"})); }, "model.merges[10] is an array, expected"},
-      {[](json& j) { j["model"]["vocab"]["zz"] = 4000; }, "model.vocab[\"zz\"] is 4000, outside the model's vocabulary of 320"},
-      {[](json& j) { j["model"]["vocab"]["zz"] = "5"; }, "model.vocab[\"zz\"] is a string, expected an integer id"},
-      {[](json& j) { j["model"]["vocab"]["zz"] = 260; }, "gives id 260 to \"zz\", which \"h\" already has"},
+      {[](json& j) { j["model"]["merges"].push_back("h e l"); },
+       "model.merges[10] is \"h e l\", expected two pieces"},
+      {[](json& j) { j["model"]["merges"].push_back("h q"); },
+       "model.merges[10] names \"q\", which is not in the vocabulary"},
+      {[](json& j) { j["model"]["merges"].push_back("d h"); },
+       "merge 10 (\"d\" + \"h\") makes \"dh\", which is not an ordinary token"},
+      {[](json& j) { j["model"]["merges"].push_back(json::array({"h"})); },
+       "model.merges[10] is an array, expected"},
+      {[](json& j) { j["model"]["vocab"]["zz"] = 4000; },
+       "model.vocab[\"zz\"] is 4000, outside the model's vocabulary of 320"},
+      {[](json& j) { j["model"]["vocab"]["zz"] = "5"; },
+       "model.vocab[\"zz\"] is a string, expected an integer id"},
+      {[](json& j) { j["model"]["vocab"]["zz"] = 260; },
+       "gives id 260 to \"zz\", which \"h\" already has"},
       {[](json& j) { j["model"]["vocab"]["zz"] = 300; }, "has no token with id 277"},
-      {[](json& j) { j["model"]["vocab"].erase("<s>"); j["model"]["vocab"]["<bos>"] = 1; j["added_tokens"].erase(1); },
+      {[](json& j) {
+         j["model"]["vocab"].erase("<s>");
+         j["model"]["vocab"]["<bos>"] = 1;
+         j["added_tokens"].erase(1);
+       },
        "has \"<bos>\" at id 1, expected <s>"},
-      {[](json& j) { j["model"]["vocab"].erase("<0x41>"); j["model"]["vocab"]["A"] = 68; },
+      {[](json& j) {
+         j["model"]["vocab"].erase("<0x41>");
+         j["model"]["vocab"]["A"] = 68;
+       },
        "token 68 is \"A\", expected the byte token <0x41>"},
-      {[](json& j) { j["pre_tokenizer"] = {{"type", "ByteLevel"}}; }, "pre_tokenizer is \"ByteLevel\", expected null or Metaspace"},
-      {[](json& j) { j["normalizer"] = {{"type", "NFKC"}}; }, "normalizer.type is \"NFKC\", expected Prepend or Replace"},
+      {[](json& j) {
+         j["pre_tokenizer"] = {{"type", "ByteLevel"}};
+       },
+       "pre_tokenizer is \"ByteLevel\", expected null or Metaspace"},
+      {[](json& j) {
+         j["normalizer"] = {{"type", "NFKC"}};
+       },
+       "normalizer.type is \"NFKC\", expected Prepend or Replace"},
       {[](json& j) { j["normalizer"]["normalizers"].erase(1); }, "does not replace \" \" by"},
-      {[](json& j) { j["added_tokens"].push_back({{"id", 5}}); }, "added_tokens[3].content is missing"},
+      {[](json& j) {
+         j["added_tokens"].push_back({{"id", 5}});
+       },
+       "added_tokens[3].content is missing"},
       {[](json& j) { j = json::array(); }, "the file is an array, expected a JSON object"},
+      {[](json& j) { j["model"]["dropout"] = 0.1; }, "model.dropout is 0.1, expected null"},
+      {[](json& j) { j["model"]["end_of_word_suffix"] = "</w>"; },
+       "model.end_of_word_suffix is \"</w>\", expected null"},
+      {[](json& j) { j["model"]["vocab"]["a b"] = 277; },
+       "model.vocab[\"a b\"] holds a plain space"},
+      {[](json& j) {
+         j["added_tokens"].push_back({{"id", 277}, {"content", "hi"}, {"special", false}});
+       },
+       "added_tokens[3] adds \"hi\", which is not special"},
+      {[](json& j) {
+         j["normalizer"] = nullptr;
+         j["pre_tokenizer"] = {{"type", "Metaspace"}, {"split", "no"}};
+       },
+       "pre_tokenizer.split is a string, expected true or false"},
+      {[](json& j) {
+         j["normalizer"] = nullptr;
+         j["pre_tokenizer"] = {{"type", "Metaspace"}, {"add_prefix_space", 1}};
+       },
+       "pre_tokenizer.add_prefix_space is an integer, expected true or false"},
   };
   for (const Case& c : cases) {
     json changed = good;
     c.change(changed);
     const std::string message = error_of(changed);
-    EXPECT_NE(message.find(c.expected), std::string::npos) << "expected: " << c.expected << "\ngot: " << message;
+    EXPECT_NE(message.find(c.expected), std::string::npos)
+        << "expected: " << c.expected << "\ngot: " << message;
     EXPECT_EQ(message.rfind("tokenizer 'tok.json'", 0), 0u) << message;
   }
   EXPECT_NE(error_of(good, 100).find("vocab_size 100 is out of range"), std::string::npos);
@@ -307,8 +369,46 @@ TEST(HfTokenizer, UnsupportedOrInconsistentFilesNameTheField) {
     Tokenizer::parse_hf("{\"model\": [", kVocab, "tok.json");
     ADD_FAILURE() << "truncated JSON parsed";
   } catch (const sf::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("tokenizer 'tok.json' is not valid JSON"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("tokenizer 'tok.json' is not valid JSON"),
+              std::string::npos)
+        << e.what();
   }
+}
+
+// Every value of `j` in document order, for picking one at random.
+void collect_values(json& j, std::vector<json*>& out) {
+  out.push_back(&j);
+  if (j.is_structured()) {
+    for (auto& child : j) collect_values(child, out);
+  }
+}
+
+TEST(HfTokenizer, ValuesOfAnyTypeGiveErrorsNotCrashes) {
+  const json good = llama_style(kPieces, kMerges);
+  const std::vector<json> replacements = {
+      nullptr, -1,  1e300,   json(18446744073709551615ull), json::array(), json::object(), "x",
+      true,    277, "\u2581"};
+  std::mt19937 rng(5);
+  int loaded = 0;
+  for (int round = 0; round < 600; ++round) {
+    json changed = good;
+    std::vector<json*> values;
+    collect_values(changed, values);
+    for (int n = 0; n < 1 + round % 3; ++n) {
+      *values[rng() % values.size()] = replacements[rng() % replacements.size()];
+      values.clear();
+      collect_values(changed, values);
+    }
+    try {
+      const Tokenizer t = parse(changed);
+      t.decode(t.encode("hello world", true, true));
+      ++loaded;
+    } catch (const sf::Error&) {
+    }
+  }
+  // Both outcomes occur: some replacements are harmless, most are refused.
+  EXPECT_GT(loaded, 0);
+  EXPECT_LT(loaded, 600);
 }
 
 TEST(HfTokenizer, ArbitraryBytesGiveErrorsNotCrashes) {
@@ -318,7 +418,8 @@ TEST(HfTokenizer, ArbitraryBytesGiveErrorsNotCrashes) {
   for (int round = 0; round < 400; ++round) {
     std::string text = good;
     if (round % 4 == 0) text.resize(1 + rng() % (text.size() - 1));  // truncated
-    for (std::size_t n = 1 + rng() % 4; n > 0; --n) text[rng() % text.size()] = static_cast<char>(rng() % 256);
+    for (std::size_t n = 1 + rng() % 4; n > 0; --n)
+      text[rng() % text.size()] = static_cast<char>(rng() % 256);
     try {
       const Tokenizer t = Tokenizer::parse_hf(text, kVocab, "fuzz.json");
       t.decode(t.encode("hello world", true, true));

@@ -1,11 +1,11 @@
 // The `shardflow llama` contract that scripts rely on.
-#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "shardflow/models/checkpoint.h"
+#include "models/llama_tokenizer_json.h"
 #include "shardflow/models/tokenizer.h"
 #include "tools/cli_runner.h"
 
@@ -118,26 +118,12 @@ TEST(LlamaCli, HuggingFaceCheckpointDirectory) {
 }
 
 // The checkpoint's own tokenizer.json, LLaMA 2 style: "hello world" in
-// pieces with "▁" for spaces, the rest of the tiny config's 320 ids unused.
+// pieces, the rest of the tiny config's 320 ids unused.
+const std::vector<std::string> kPieces = {"\u2581", "h", "e", "l", "o", "w", "r", "d", "he", "\u2581he", "ll",
+                                          "llo", "\u2581hello", "\u2581w", "or", "\u2581wor", "ld", "\u2581world"};
 json llama_tokenizer_json() {
-  json vocab = json::object();
-  for (const char* special : {"<unk>", "<s>", "</s>"}) vocab[special] = vocab.size();
-  for (int b = 0; b < 256; ++b) vocab[fmt::format("<0x{:02X}>", b)] = vocab.size();
-  for (const char* piece : {"\u2581", "h", "e", "l", "o", "w", "r", "d", "he", "\u2581he", "ll", "llo",
-                            "\u2581hello", "\u2581w", "or", "\u2581wor", "ld", "\u2581world"}) {
-    vocab[piece] = vocab.size();
-  }
-  return {{"normalizer",
-           {{"type", "Sequence"},
-            {"normalizers", json::array({{{"type", "Prepend"}, {"prepend", "\u2581"}},
-                                         {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}}})}}},
-          {"pre_tokenizer", nullptr},
-          {"model",
-           {{"type", "BPE"},
-            {"byte_fallback", true},
-            {"vocab", vocab},
-            {"merges", {"h e", "\u2581 he", "l l", "ll o", "\u2581he llo", "\u2581 w", "o r", "\u2581w or", "l d",
-                        "\u2581wor ld"}}}}};
+  return json(shardflow::llama_test::llama_style(kPieces, {"h e", "\u2581 he", "l l", "ll o", "\u2581he llo", "\u2581 w",
+                                                           "o r", "\u2581w or", "l d", "\u2581wor ld"}));
 }
 
 TEST(LlamaCli, HuggingFaceTokenizerNextToTheWeights) {
@@ -149,14 +135,19 @@ TEST(LlamaCli, HuggingFaceTokenizerNextToTheWeights) {
   ASSERT_EQ(r.status, 0) << r.err;
   const json out = json::parse(r.out);
   EXPECT_EQ(out["text"][0].get<std::string>().rfind("hello world", 0), 0u) << out["text"];
+  // The prompt was BOS, "▁hello", "▁world": those ids give the same tokens.
+  const CliResult as_ids = run_cli("llama --weights " + dir + " --prompt-ids 1,271,276 --steps 8 --format json");
+  ASSERT_EQ(as_ids.status, 0) << as_ids.err;
+  EXPECT_EQ(json::parse(as_ids.out)["tokens"], out["tokens"]);
   // --tokenizer names it (or its directory) explicitly; the prompt encodes the same.
   const CliResult named = run_cli("llama --weights " + dir + " --tokenizer " + dir +
                                   " --prompt 'hello world' --steps 8 --format json");
   ASSERT_EQ(named.status, 0) << named.err;
   EXPECT_EQ(json::parse(named.out)["tokens"], out["tokens"]);
-  // A lone byte token (0xC3 starts a 2-byte character) is not UTF-8: JSON
-  // output shows U+FFFD for it instead of failing.
-  const CliResult cut = run_cli("llama --weights " + dir + " --prompt-ids 1,198 --steps 2 --format json");
+  // Byte tokens that spell no character (0xC3 starts a 2-byte one, and
+  // another 0xC3 follows) are not UTF-8: JSON output shows U+FFFD for them
+  // instead of failing.
+  const CliResult cut = run_cli("llama --weights " + dir + " --prompt-ids 1,198,198 --steps 2 --format json");
   ASSERT_EQ(cut.status, 0) << cut.err;
   EXPECT_EQ(json::parse(cut.out)["text"][0].get<std::string>().rfind("\uFFFD", 0), 0u) << cut.out;
 

@@ -55,7 +55,8 @@ class Tokenizer {
   // replacing "▁" (byte-level BPE such as LLaMA 3's is not supported).
   static Tokenizer load_hf(const std::filesystem::path& path, int64_t vocab_size);
   static Tokenizer parse_hf(std::string_view json, int64_t vocab_size, const std::string& source_name);
-  // A directory's tokenizer.json, a file named *.json, or else a tokenizer.bin.
+  // A directory's tokenizer.json, a file named *.json, or else a tokenizer.bin
+  // (a sentencepiece *.model is refused with a pointer to those).
   static Tokenizer load_any(const std::filesystem::path& path, int64_t vocab_size);
 
   // Writes `tokens` and `scores` in the llama2.c format, max_token_length being the
@@ -72,9 +73,15 @@ class Tokenizer {
     int64_t left;
     int64_t right;
   };
+  // When encode() puts the sentencepiece dummy prefix (a space) before a
+  // non-empty text; decode() drops a leading space after BOS unless kNever.
+  enum class DummyPrefix {
+    kNever,
+    kAlways,              // llama2.c, and tokenizers' Prepend normalizer
+    kUnlessLeadingSpace,  // tokenizers' Metaspace pre-tokenizer
+  };
   struct RankedOptions {
-    // encode() puts a space before the text (and decode() drops it).
-    bool dummy_prefix = true;
+    DummyPrefix dummy_prefix = DummyPrefix::kAlways;
     // Each space starts a new word and no merge joins two words, as
     // tokenizers' Metaspace pre-tokenizer with split=true does.
     bool split_at_spaces = false;
@@ -99,7 +106,8 @@ class Tokenizer {
   // merges; optional EOS. Merges never produce <unk>, BOS, EOS or byte tokens.
   // A tokenizer with ranked merges instead merges the adjacent pair that is
   // a listed merge of the lowest rank (the leftmost on ties), so a pair whose
-  // concatenation is a token but not a listed merge stays apart.
+  // concatenation is a token but not a listed merge stays apart; and it reads
+  // a "▁" in the text as the space it stands for, as the tokenizers library does.
   std::vector<int64_t> encode(std::string_view text, bool bos, bool eos) const;
 
   // The text of `token` printed after `previous`: BOS and EOS are markers and
@@ -143,9 +151,10 @@ class Tokenizer {
   // Text -> id for every ordinary token (not ids 0..258); built once.
   std::unordered_map<std::string, int64_t, StringHash, std::equal_to<>> ids_;
   std::size_t longest_token_ = 0;
-  // Empty for tokenizer.bin, which merges by score.
+  // False for tokenizer.bin, which merges by score.
+  bool ranked_ = false;
   std::unordered_map<uint64_t, RankedMerge> ranked_merges_;
-  bool dummy_prefix_ = true;
+  DummyPrefix dummy_prefix_ = DummyPrefix::kAlways;
   bool split_at_spaces_ = false;
 };
 

@@ -83,7 +83,10 @@ Tokenizer::Tokenizer(std::vector<std::string> tokens, std::vector<float> scores)
 }
 
 Tokenizer::Tokenizer(std::vector<std::string> tokens, const std::vector<Merge>& merges, RankedOptions options)
-    : tokens_(std::move(tokens)), dummy_prefix_(options.dummy_prefix), split_at_spaces_(options.split_at_spaces) {
+    : tokens_(std::move(tokens)),
+      ranked_(true),
+      dummy_prefix_(options.dummy_prefix),
+      split_at_spaces_(options.split_at_spaces) {
   scores_.assign(tokens_.size(), 0.0f);
   index_tokens();
   ranked_merges_.reserve(merges.size());
@@ -98,8 +101,8 @@ Tokenizer::Tokenizer(std::vector<std::string> tokens, const std::vector<Merge>& 
                               quote_for_message(tokens_[m.left], 40), quote_for_message(tokens_[m.right], 40),
                               quote_for_message(merged_text, 40)));
     }
-    // A pair listed twice keeps its first (lowest) rank.
-    ranked_merges_.try_emplace(pair_key(m.left, m.right), RankedMerge{static_cast<int64_t>(rank), merged});
+    // A pair listed twice gets its last rank, as in the tokenizers library.
+    ranked_merges_.insert_or_assign(pair_key(m.left, m.right), RankedMerge{static_cast<int64_t>(rank), merged});
   }
 }
 
@@ -243,6 +246,12 @@ Tokenizer Tokenizer::load_any(const std::filesystem::path& path, int64_t vocab_s
   std::error_code error;
   if (std::filesystem::is_directory(path, error)) return load_hf(path / "tokenizer.json", vocab_size);
   if (path.extension() == ".json") return load_hf(path, vocab_size);
+  // Its protobuf would otherwise be misread as a tokenizer.bin header.
+  if (path.extension() == ".model") {
+    throw Error(fmt::format("tokenizer '{}': sentencepiece .model files are not read; give the tokenizer.json "
+                            "that Hugging Face checkpoints have next to it, or llama2.c's tokenizer.bin",
+                            path.string()));
+  }
   return load(path, vocab_size);
 }
 
@@ -304,8 +313,19 @@ std::vector<int64_t> Tokenizer::encode(std::string_view text, bool bos, bool eos
     // the same tokens as a word inside the text.
     std::string spaced;
     spaced.reserve(text.size() + 1);
-    if (dummy_prefix_) spaced += ' ';
     spaced += text;
+    if (ranked_) {
+      // The vocabulary's "▁" is stored as a space, so one in the text is too.
+      constexpr std::string_view kMetaSpace = "\u2581";
+      for (std::size_t at = spaced.find(kMetaSpace); at != std::string::npos; at = spaced.find(kMetaSpace, at)) {
+        spaced.erase(at, kMetaSpace.size() - 1);
+        spaced[at] = ' ';
+      }
+    }
+    if (dummy_prefix_ == DummyPrefix::kAlways ||
+        (dummy_prefix_ == DummyPrefix::kUnlessLeadingSpace && spaced.front() != ' ')) {
+      spaced.insert(spaced.begin(), ' ');
+    }
     std::vector<int64_t> pieces;
     pieces.reserve(spaced.size());
     for (std::size_t i = 0; i < spaced.size();) {
@@ -369,7 +389,7 @@ void Tokenizer::merge_pairs(std::vector<int64_t>& ids) const {
   std::priority_queue<Candidate, std::vector<Candidate>, WorseCandidate> heap;
   std::string pair;
   const auto consider = [&](std::size_t left, std::size_t right) {
-    if (!ranked_merges_.empty()) {
+    if (ranked_) {
       // Within a word a space only starts a piece, so a right piece that
       // starts with one starts the next word.
       if (split_at_spaces_ && tokens_[ids[right]].starts_with(' ')) return;
@@ -418,7 +438,7 @@ std::string Tokenizer::decode(int64_t previous, int64_t token) const {
                           : tokens_[token];
   // Drop the dummy prefix encode() added. Checking after the byte conversion
   // keeps round trips exact when the space itself fell back to <0x20>.
-  if (dummy_prefix_ && previous == kBos && !piece.empty() && piece.front() == ' ') piece.erase(0, 1);
+  if (dummy_prefix_ != DummyPrefix::kNever && previous == kBos && !piece.empty() && piece.front() == ' ') piece.erase(0, 1);
   return piece;
 }
 
