@@ -37,8 +37,8 @@ std::string OpShardingRule::to_string() const {
     for (std::size_t f = 0; f < factors.size(); ++f) {
       if (factors[f].kind != kind) continue;
       names += (names.empty() ? "" : ", ") + factor_name(static_cast<int>(f));
-      if (kind == FactorKind::kReduction && factors[f].reduction != ReductionOp::kSum) {
-        names += factors[f].reduction == ReductionOp::kMax ? ":max" : ":min";
+      if (kind == FactorKind::kReduction && factors[f].reduction != ReduceOp::kSum) {
+        names += factors[f].reduction == ReduceOp::kMax ? ":max" : ":min";
       }
     }
     if (!names.empty()) out += fmt::format(" {}={{{}}}", label, names);
@@ -60,7 +60,7 @@ RuleBuilder::RuleBuilder(std::span<const TensorType> operands, std::span<const T
 }
 
 int RuleBuilder::add_factor(std::vector<int> operand_dims, std::vector<int> result_dims,
-                            int64_t size, FactorKind kind, ReductionOp reduction) {
+                            int64_t size, FactorKind kind, ReduceOp reduction) {
   assert(operand_dims.size() == rule_.operands.size() && "one dim (or -1) per operand");
   assert(result_dims.size() == rule_.results.size() && "one dim (or -1) per result");
   const int factor = static_cast<int>(rule_.factors.size());

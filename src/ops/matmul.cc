@@ -258,7 +258,7 @@ OpShardingRule matmul_rule(const OpArgs&, std::span<const TensorType> inputs,
   if (!s.lhs_vector) builder.add_factor({lhs_rank - 2, -1}, {result_dim++}, s.m);
   if (!s.rhs_vector) builder.add_factor({-1, rhs_rank - 1}, {result_dim}, s.n);
   builder.add_factor({lhs_rank - 1, s.rhs_vector ? 0 : rhs_rank - 2}, {-1}, s.k,
-                     FactorKind::kReduction, ReductionOp::kSum);
+                     FactorKind::kReduction, ReduceOp::kSum);
   return builder.build();
 }
 
@@ -403,7 +403,7 @@ OpShardingRule linear_rule(const OpArgs& args, std::span<const TensorType> input
     builder.add_factor(operand_dims(-1, 0, result_rank - 1), {result_rank - 1}, weight.shape[0]);
   }
   builder.add_factor(operand_dims(batch_rank, static_cast<int>(weight.rank()) - 1, -1), {-1},
-                     input.shape.back(), FactorKind::kReduction, ReductionOp::kSum);
+                     input.shape.back(), FactorKind::kReduction, ReduceOp::kSum);
   return builder.build();
 }
 

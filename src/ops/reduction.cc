@@ -83,7 +83,7 @@ void check_reducible_when_empty(std::string_view name, const std::vector<int64_t
 OpShardingRule reduction_rule(const std::vector<bool>& reduced, bool keepdim,
                               std::span<const TensorType> inputs,
                               std::span<const TensorType> outputs, FactorKind kind,
-                              ReductionOp reduction) {
+                              ReduceOp reduction) {
   RuleBuilder builder(inputs, outputs);
   const Shape& shape = inputs[0].shape;
   int result_dim = 0;
@@ -357,9 +357,9 @@ void add_reduction(OpRegistry& registry, std::string_view schema, ReduceKind kin
   def.sharding_rule = [kind](const OpArgs& args, std::span<const TensorType> in,
                              std::span<const TensorType> out) {
     const ReduceCall call = read_reduce_call(kind, args, in[0]);
-    const ReductionOp reduction = kind == ReduceKind::kMax   ? ReductionOp::kMax
-                                  : kind == ReduceKind::kMin ? ReductionOp::kMin
-                                                             : ReductionOp::kSum;
+    const ReduceOp reduction = kind == ReduceKind::kMax   ? ReduceOp::kMax
+                                  : kind == ReduceKind::kMin ? ReduceOp::kMin
+                                                             : ReduceOp::kSum;
     return reduction_rule(call.reduced, call.keepdim, in, out, FactorKind::kReduction, reduction);
   };
   def.kernel = [kind](const OpArgs& args, std::span<const DenseTensor> in) {
@@ -471,7 +471,7 @@ void register_argmax(OpRegistry& registry) {
                          std::span<const TensorType> out) {
     const ArgmaxCall call = read_argmax_call(args, in[0]);
     return reduction_rule(call.reduced, call.keepdim, in, out, FactorKind::kNeedReplication,
-                          ReductionOp::kSum);
+                          ReduceOp::kSum);
   };
   def.kernel = [](const OpArgs& args, std::span<const DenseTensor> in) {
     const ArgmaxCall call = read_argmax_call(args, {in[0].dtype(), in[0].shape()});

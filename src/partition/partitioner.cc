@@ -202,7 +202,7 @@ class Partitioner {
       return r->unreduced == rep.unreduced && r->reduction == rep.reduction;
     };
     const std::size_t partial_count = static_cast<std::size_t>(std::count_if(operands.begin(), operands.end(), partial));
-    if (rep.reduction != ReductionOp::kSum) return false;  // max/min partials: linear ops do not commute
+    if (rep.reduction != ReduceOp::kSum) return false;  // max/min partials: linear ops do not commute
     switch (node.op().linearity) {
       case Linearity::kNone: return false;
       case Linearity::kLinear: return operands.size() == 1;
@@ -420,15 +420,15 @@ class Partitioner {
 
     // 3. Padding of sharded reduced dims holds the reduction's identity.
     std::vector<int> partial_axes;
-    ReductionOp reduction = ReductionOp::kSum;
+    ReduceOp reduction = ReduceOp::kSum;
     std::string partial_reason;
     double scale = 1;
     for (std::size_t f = 0; f < rule.factors.size(); ++f) {
       if (rule.factors[f].kind != FactorKind::kReduction || factor_axes[f].empty()) continue;
       reduction = rule.factors[f].reduction;
       partial_axes.insert(partial_axes.end(), factor_axes[f].begin(), factor_axes[f].end());
-      const double identity = reduction == ReductionOp::kSum ? 0.0
-                              : reduction == ReductionOp::kMax ? -std::numeric_limits<double>::infinity()
+      const double identity = reduction == ReduceOp::kSum ? 0.0
+                              : reduction == ReduceOp::kMax ? -std::numeric_limits<double>::infinity()
                                                                : std::numeric_limits<double>::infinity();
       bool described = false;
       for (std::size_t o = 0; o < operands.size(); ++o) {

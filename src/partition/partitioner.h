@@ -17,7 +17,7 @@ struct Rep {
   int slot = -1;
   DimAxes dims;
   std::vector<int> unreduced;  // sorted mesh axes over which the value is a partial result
-  ReductionOp reduction = ReductionOp::kSum;
+  ReduceOp reduction = ReduceOp::kSum;
   std::string unreduced_reason;  // why it is partial: the contraction and its origin
 };
 

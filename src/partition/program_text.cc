@@ -60,7 +60,7 @@ std::string CollectiveInfo::describe(const Mesh& mesh) const {
   }
   std::string op;
   if (kind == CollectiveKind::kAllReduce || kind == CollectiveKind::kReduceScatter) {
-    op = reduction == ReductionOp::kSum ? "" : reduction == ReductionOp::kMax ? " (max)" : " (min)";
+    op = reduction == ReduceOp::kSum ? "" : reduction == ReduceOp::kMax ? " (max)" : " (min)";
   }
   return fmt::format("{}{} over {} ({}/device): {}", to_string(kind), op, axes_text,
                      bytes_text(bytes_per_device), reason);

@@ -96,7 +96,7 @@ class Resharder {
   }
 
   int collective(CollectiveKind kind, const std::vector<int>& axes, int64_t bytes_per_device,
-                 std::string reason, ReductionOp reduction = ReductionOp::kSum) {
+                 std::string reason, ReduceOp reduction = ReduceOp::kSum) {
     CollectiveInfo info;
     info.kind = kind;
     info.axes = axes;

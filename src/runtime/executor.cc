@@ -63,15 +63,6 @@ DenseTensor filled(DType dtype, const Shape& shape, double value) {
   return tensor;
 }
 
-ReduceOp reduce_op(ReductionOp op) {
-  switch (op) {
-    case ReductionOp::kSum: return ReduceOp::kSum;
-    case ReductionOp::kMax: return ReduceOp::kMax;
-    case ReductionOp::kMin: return ReduceOp::kMin;
-  }
-  return ReduceOp::kSum;
-}
-
 class DeviceRun {
  public:
   DeviceRun(const PartitionedProgram& program, int64_t device, Communicator& comm)
@@ -178,7 +169,7 @@ class DeviceRun {
       case CollectiveKind::kAllReduce: {
         DenseTensor out = DenseTensor::empty(input.dtype(), input.shape());
         std::memcpy(out.data(), input.data(), input.nbytes());
-        comm_.all_reduce(members, {out.data(), out.nbytes()}, out.dtype(), reduce_op(info.reduction));
+        comm_.all_reduce(members, {out.data(), out.nbytes()}, out.dtype(), info.reduction);
         set(instruction, std::move(out));
         return;
       }
@@ -223,7 +214,7 @@ class DeviceRun {
           std::memcpy(packed.data() + static_cast<std::size_t>(g) * chunk.nbytes(), chunk.data(), chunk.nbytes());
         }
         DenseTensor out = DenseTensor::empty(type.dtype, type.shape);
-        comm_.reduce_scatter(members, packed.bytes(), {out.data(), out.nbytes()}, type.dtype, reduce_op(info.reduction));
+        comm_.reduce_scatter(members, packed.bytes(), {out.data(), out.nbytes()}, type.dtype, info.reduction);
         set(instruction, std::move(out));
         return;
       }

@@ -22,18 +22,16 @@
 #include <vector>
 
 #include "shardflow/ir/types.h"
+#include "shardflow/tensor/reduce_op.h"
 
 namespace shardflow {
 
 enum class FactorKind { kPassThrough, kReduction, kNeedReplication, kPermutation };
 
-// How partial results of a reduction factor combine.
-enum class ReductionOp { kSum, kMax, kMin };
-
 struct Factor {
   int64_t size = 1;
   FactorKind kind = FactorKind::kPassThrough;
-  ReductionOp reduction = ReductionOp::kSum;  // for kReduction
+  ReduceOp reduction = ReduceOp::kSum;  // for kReduction: how partial results combine
 };
 
 // Per tensor dim, the factors it is made of (major to minor).
@@ -60,7 +58,7 @@ class RuleBuilder {
   // One factor on the given dim of each operand and result (-1: absent).
   int add_factor(std::vector<int> operand_dims, std::vector<int> result_dims, int64_t size,
                  FactorKind kind = FactorKind::kPassThrough,
-                 ReductionOp reduction = ReductionOp::kSum);
+                 ReduceOp reduction = ReduceOp::kSum);
   // Appends `factor` (as the next, more minor, part) to one dim.
   void map_operand(int operand, int dim, int factor);
   void map_result(int result, int dim, int factor);

@@ -27,7 +27,7 @@ std::string_view to_string(CollectiveKind kind);
 struct CollectiveInfo {
   CollectiveKind kind = CollectiveKind::kAllReduce;
   std::vector<int> axes;        // the mesh axes it runs over
-  ReductionOp reduction = ReductionOp::kSum;
+  ReduceOp reduction = ReduceOp::kSum;
   int64_t bytes_per_device = 0; // the larger local buffer: what a reduce takes in (all-reduce,
                                 // reduce-scatter), what a gather puts out (all-gather)
   const Value* value = nullptr; // the graph value it moves

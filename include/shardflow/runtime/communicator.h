@@ -39,12 +39,9 @@
 #include <vector>
 
 #include "shardflow/tensor/dtype.h"
+#include "shardflow/tensor/reduce_op.h"
 
 namespace shardflow {
-
-// Floating max/min propagate NaN, as torch.max does. For bool, sum and max
-// are a logical or, min a logical and. Integer sums wrap around.
-enum class ReduceOp { kSum, kMax, kMin };
 
 // "sum", "max", "min".
 std::string_view reduce_op_name(ReduceOp op);
