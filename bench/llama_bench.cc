@@ -16,6 +16,16 @@
 //                                 each bounded by the faster of the probes
 //                                 right before and right after it, and
 //                                 timed after one untimed step
+//   matmul_bw_fraction            the same for the decode step's matrix
+//                                 products alone (its weights, its order, one
+//                                 row of x), run after each chunk: what the
+//                                 kernel reaches; the gap to bw_fraction is
+//                                 the step's other ops and the interpreter.
+//                                 Above 1 when some weights stay in the
+//                                 last-level cache from step to step (on the
+//                                 2-core dev VM ~10% of stories110M's, and
+//                                 with the cache evicted between steps the
+//                                 products read at 0.92-1.03 of the bound)
 //   collectives, vs_megatron      collectives per decode step; ratio to the
 //                                 Megatron minimum (2 all-reduces per layer)
 //   bytes_vs_megatron             bytes each device sends per decode step in
@@ -197,9 +207,42 @@ double ring_bytes_sent(const sf::ProgramCollective& c) {
   return (n - 1) / n * bytes;  // reduce-scatter, all-gather, all-to-all
 }
 
+// The matrix products of one decode step, called directly in the step's
+// order on the model's (unsharded) weights.
+class StepMatmuls {
+ public:
+  explicit StepMatmuls(const llama::Weights& w) {
+    for (const llama::LayerWeights& l : w.layers) {
+      for (const sf::Tensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w3, &l.w2}) add(*t);
+    }
+    add(w.output);
+  }
+
+  void run() {
+    for (const Matrix& m : matrices_) {
+      sf::gemm_f32({1, m.rows, m.columns, false, true}, x_.data(), m.data, y_.data());
+    }
+    benchmark::DoNotOptimize(y_.data());
+  }
+
+ private:
+  struct Matrix {
+    const float* data;
+    int64_t rows, columns;
+  };
+  void add(const sf::Tensor& weight) {
+    const sf::DenseTensor& value = weight.value();
+    matrices_.push_back({value.data_as<float>(), value.shape()[0], value.shape()[1]});
+    x_.resize(std::max(x_.size(), static_cast<std::size_t>(value.shape()[1])), 0.01f);
+    y_.resize(std::max(y_.size(), static_cast<std::size_t>(value.shape()[0])));
+  }
+  std::vector<Matrix> matrices_;
+  std::vector<float> x_, y_;
+};
+
 struct Result {
   double prefill_tok_s = 0, decode_tok_s = 0, weight_bytes = 0;
-  double bandwidth = 0, bw_fraction = 0;  // one device, batch 1
+  double bandwidth = 0, bw_fraction = 0, matmul_bw_fraction = 0;  // one device, batch 1
   int64_t collectives = 0, resident = 0, peak = 0;
   double collective_bytes = 0, megatron_bytes = 0;  // sent per device per decode step
 };
@@ -244,8 +287,9 @@ Result measure(const llama::Config& config, const std::vector<int64_t>& mesh_sha
     // 1 GiB stream evicts what decode keeps cached and lets the kernel
     // worker fall asleep.
     BandwidthProbe probe;
+    StepMatmuls matmuls(model.weights());
     constexpr int64_t kChunks = 5;
-    std::vector<double> bandwidths{probe.measure()}, rates;
+    std::vector<double> bandwidths{probe.measure()}, rates, matmul_rates;
     double seconds = 0;
     for (int64_t chunk = 0; chunk < kChunks; ++chunk) {
       // The first timed step rewrites the same cache slot.
@@ -258,15 +302,22 @@ Result measure(const llama::Config& config, const std::vector<int64_t>& mesh_sha
       seconds += chunk_seconds;
       const double chunk_steps = static_cast<double>((chunk + 1) * steps / kChunks - chunk * steps / kChunks);
       rates.push_back(chunk_steps * r.weight_bytes / chunk_seconds);
+      matmuls.run();
+      start = std::chrono::steady_clock::now();
+      for (int64_t s = 0; s < static_cast<int64_t>(chunk_steps); ++s) matmuls.run();
+      matmul_rates.push_back(chunk_steps * r.weight_bytes / seconds_since(start));
       bandwidths.push_back(probe.measure());
     }
-    std::vector<double> fractions;
+    std::vector<double> fractions, matmul_fractions;
     for (std::size_t chunk = 0; chunk < rates.size(); ++chunk) {
-      fractions.push_back(rates[chunk] / std::max(bandwidths[chunk], bandwidths[chunk + 1]));
+      const double bound = std::max(bandwidths[chunk], bandwidths[chunk + 1]);
+      fractions.push_back(rates[chunk] / bound);
+      matmul_fractions.push_back(matmul_rates[chunk] / bound);
     }
     r.decode_tok_s = static_cast<double>(steps) / seconds;
     r.bandwidth = median(bandwidths);
     r.bw_fraction = median(fractions);
+    r.matmul_bw_fraction = median(matmul_fractions);
   } else {
     start = std::chrono::steady_clock::now();
     for (int64_t s = 0; s < steps; ++s) benchmark::DoNotOptimize(model.forward(next, kPrompt + s, cache).value());
@@ -322,6 +373,7 @@ void Generate(benchmark::State& state, const std::string& name, std::vector<int6
     state.counters["kernel_threads"] = sf::kernel_threads();
     state.counters["bw_GB_s"] = r.bandwidth / 1e9;
     state.counters["bw_fraction"] = r.bw_fraction;
+    state.counters["matmul_bw_fraction"] = r.matmul_bw_fraction;
   }
 }
 
