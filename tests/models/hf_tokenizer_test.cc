@@ -373,6 +373,15 @@ TEST(HfTokenizer, UnsupportedOrInconsistentFilesNameTheField) {
               std::string::npos)
         << e.what();
   }
+  // Text over the JSON size limit (64 MiB) is refused before parsing.
+  try {
+    Tokenizer::parse_hf(std::string((std::size_t{64} << 20) + 1, ' '), kVocab, "tok.json");
+    ADD_FAILURE() << "oversized JSON parsed";
+  } catch (const sf::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tokenizer 'tok.json' has 67108865 bytes, more than the limit"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // Every value of `j` in document order, for picking one at random.

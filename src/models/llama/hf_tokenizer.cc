@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "json_file.h"
+#include "meta_space.h"
 #include "shardflow/base/error.h"
 #include "shardflow/base/text.h"
 #include "shardflow/models/tokenizer.h"
@@ -18,19 +19,6 @@
 namespace shardflow::llama {
 
 namespace {
-
-constexpr std::string_view kMetaSpace = "\u2581";  // "▁", sentencepiece's space
-
-std::string spaces_for_meta_spaces(std::string_view text) {
-  std::string out;
-  std::size_t from = 0;
-  for (std::size_t at = text.find(kMetaSpace); at != std::string_view::npos;
-       at = text.find(kMetaSpace, from)) {
-    out.append(text.substr(from, at - from)).push_back(' ');
-    from = at + kMetaSpace.size();
-  }
-  return out.append(text.substr(from));
-}
 
 class TokenizerJson {
  public:
@@ -322,10 +310,6 @@ class TokenizerJson {
 
 Tokenizer Tokenizer::parse_hf(std::string_view json, int64_t vocab_size,
                               const std::string& source_name) {
-  if (json.size() > kMaxJsonBytes) {
-    throw Error(fmt::format("tokenizer '{}' has {} bytes, more than the limit of {}", source_name,
-                            json.size(), kMaxJsonBytes));
-  }
   return TokenizerJson(parse_json(json, "tokenizer", source_name), source_name).build(vocab_size);
 }
 

@@ -10,6 +10,10 @@
 namespace shardflow::llama {
 
 Json parse_json(std::string_view text, const std::string& what, const std::string& source) {
+  if (text.size() > kMaxJsonBytes) {
+    throw Error(fmt::format("{} '{}' has {} bytes, more than the limit of {}", what, source, text.size(),
+                            kMaxJsonBytes));
+  }
   try {
     return Json::parse(text);
   } catch (const Json::exception& e) {

@@ -14,8 +14,9 @@ using Json = nlohmann::json;
 // These files are a few KB to a few MB; refuse to parse anything huge.
 inline constexpr std::uintmax_t kMaxJsonBytes = std::uintmax_t{64} << 20;
 
-// The parsed text; `what` names the file's role and `source` the file in
-// messages: "Hugging Face config 'dir/config.json' is not valid JSON: ...".
+// The parsed text, refused over kMaxJsonBytes; `what` names the file's role
+// and `source` the file in messages: "Hugging Face config
+// 'dir/config.json' is not valid JSON: ...".
 Json parse_json(std::string_view text, const std::string& what, const std::string& source);
 
 // The parsed file, refused when missing, not a regular file or over kMaxJsonBytes.

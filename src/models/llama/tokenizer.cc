@@ -20,6 +20,7 @@
 #include <system_error>
 #include <utility>
 
+#include "meta_space.h"
 #include "shardflow/base/error.h"
 #include "shardflow/base/text.h"
 
@@ -309,19 +310,11 @@ std::vector<int64_t> Tokenizer::encode(std::string_view text, bool bos, bool eos
   std::vector<int64_t> ids;
   if (bos) ids.push_back(kBos);
   if (!text.empty()) {
+    // The vocabulary's "▁" is stored as a space, so with a tokenizer.json
+    // one in the text is too.
+    std::string spaced = ranked_ ? spaces_for_meta_spaces(text) : std::string(text);
     // The dummy prefix: sentencepiece sees " hello", so the first word gets
     // the same tokens as a word inside the text.
-    std::string spaced;
-    spaced.reserve(text.size() + 1);
-    spaced += text;
-    if (ranked_) {
-      // The vocabulary's "▁" is stored as a space, so one in the text is too.
-      constexpr std::string_view kMetaSpace = "\u2581";
-      for (std::size_t at = spaced.find(kMetaSpace); at != std::string::npos; at = spaced.find(kMetaSpace, at)) {
-        spaced.erase(at, kMetaSpace.size() - 1);
-        spaced[at] = ' ';
-      }
-    }
     if (dummy_prefix_ == DummyPrefix::kAlways ||
         (dummy_prefix_ == DummyPrefix::kUnlessLeadingSpace && spaced.front() != ' ')) {
       spaced.insert(spaced.begin(), ' ');
