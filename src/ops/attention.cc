@@ -109,22 +109,83 @@ Shape result_shape(const AttentionShapes& s) {
   return out;
 }
 
-float dot(const float* a, const float* b, int64_t n) {
-  float partial[8] = {};  // eight independent sums: the loop vectorises without reassociation
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int64_t j = 0; j < 8; ++j) partial[j] += a[i + j] * b[i + j];
-  }
-  float sum = ((partial[0] + partial[1]) + (partial[2] + partial[3])) + ((partial[4] + partial[5]) + (partial[6] + partial[7]));
-  for (; i < n; ++i) sum += a[i] * b[i];
-  return sum;
-}
+// Eight floats in one vector (GCC's vector extension, compiled to the
+// machine's SIMD): a query row's partial sums stay in registers.
+using Floats8 = float __attribute__((vector_size(32)));
+constexpr int64_t kLanes = 8;
 
-// Rows this far ahead are requested while the current one is summed.
-constexpr int64_t kPrefetchRows = 8;
+Floats8 load8(const float* p) {
+  Floats8 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+void store8(float* p, Floats8 v) { std::memcpy(p, &v, sizeof v); }
+float lane_sum(Floats8 v) { return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7])); }
+
+// Keys are scored this many at a time, and the next block's key rows are
+// requested meanwhile: a decode step finds the KV cache outside L1 and L2
+// (the weights streamed through since), and a dot this short leaves too few
+// loads in flight on its own.
+constexpr int64_t kKeyBlock = 8;
 
 void prefetch_row(const float* row, int64_t length) {
   for (int64_t i = 0; i < length; i += 16) __builtin_prefetch(row + i, 0, 3);  // one per 64-byte line
+}
+
+// scores[j] = q . rows[j] for kRows key rows read side by side, so the
+// independent sums keep the loads in flight; each sum is the same bits
+// whatever block it is in.
+template <int kRows>
+void dot_rows(const float* q, const float* const* rows, int64_t depth, float* scores) {
+  Floats8 acc[kRows] = {};
+  int64_t e = 0;
+  for (; e + kLanes <= depth; e += kLanes) {
+    const Floats8 qv = load8(q + e);
+    for (int j = 0; j < kRows; ++j) acc[j] += qv * load8(rows[j] + e);
+  }
+  for (int j = 0; j < kRows; ++j) {
+    float sum = lane_sum(acc[j]);
+    for (int64_t t = e; t < depth; ++t) sum += q[t] * rows[j][t];
+    scores[j] = sum;
+  }
+}
+
+// out[offset, offset + 8 kVectors) = sum_i p[i] * value row keys[i] over
+// the same columns, the sums held in registers across all keys.
+template <int kVectors>
+void weighted_rows(const float* p, const int64_t* keys, int64_t count, const float* values, int64_t value_depth,
+                   int64_t offset, float* out) {
+  Floats8 acc[kVectors] = {};
+  for (int64_t i = 0; i < count; ++i) {
+    const Floats8 weight = Floats8{} + p[i];
+    const float* row = values + keys[i] * value_depth + offset;
+    for (int v = 0; v < kVectors; ++v) acc[v] += weight * load8(row + v * kLanes);
+  }
+  for (int v = 0; v < kVectors; ++v) store8(out + offset + v * kLanes, acc[v]);
+}
+
+// out = sum_i p[i] * value row keys[i], 64 columns at a time, then the
+// whole vectors left, then the last columns one by one.
+void weighted_sum(const float* p, const int64_t* keys, int64_t count, const float* values, int64_t value_depth,
+                  float* out) {
+  int64_t e = 0;
+  for (; e + 8 * kLanes <= value_depth; e += 8 * kLanes) weighted_rows<8>(p, keys, count, values, value_depth, e, out);
+  switch ((value_depth - e) / kLanes) {
+    case 7: weighted_rows<7>(p, keys, count, values, value_depth, e, out); break;
+    case 6: weighted_rows<6>(p, keys, count, values, value_depth, e, out); break;
+    case 5: weighted_rows<5>(p, keys, count, values, value_depth, e, out); break;
+    case 4: weighted_rows<4>(p, keys, count, values, value_depth, e, out); break;
+    case 3: weighted_rows<3>(p, keys, count, values, value_depth, e, out); break;
+    case 2: weighted_rows<2>(p, keys, count, values, value_depth, e, out); break;
+    case 1: weighted_rows<1>(p, keys, count, values, value_depth, e, out); break;
+    default: break;
+  }
+  e += (value_depth - e) / kLanes * kLanes;
+  for (; e < value_depth; ++e) {
+    float sum = 0;
+    for (int64_t i = 0; i < count; ++i) sum += p[i] * values[keys[i] * value_depth + e];
+    out[e] = sum;
+  }
 }
 
 DenseTensor attention_kernel(const OpArgs& args, std::span<const DenseTensor> in) {
@@ -156,7 +217,8 @@ DenseTensor attention_kernel(const OpArgs& args, std::span<const DenseTensor> in
   // One query row of one batch entry; rows are independent, so they split
   // over the kernel threads with the same bits for any split.
   const auto attend_rows = [&](int64_t row_begin, int64_t row_end) {
-    std::vector<float> weights(static_cast<std::size_t>(s.keys));
+    std::vector<float> weights(static_cast<std::size_t>(s.keys)), biases;
+    if (mask != nullptr && mask->dtype() == DType::kF32) biases.resize(static_cast<std::size_t>(s.keys));
     std::vector<int64_t> seen(static_cast<std::size_t>(s.keys));
     for (int64_t row = row_begin; row < row_end; ++row) {
       const int64_t b = row / s.queries, l = row % s.queries;
@@ -169,9 +231,8 @@ DenseTensor attention_kernel(const OpArgs& args, std::span<const DenseTensor> in
       const float* vb = v + b * s.keys * s.value_depth;
       const float* qrow = q + row * s.depth;
       float* orow = o + row * s.value_depth;
-      // Scores of the visible keys only.
+      // The visible keys (and their float-mask biases) first.
       int64_t count = 0;
-      float top = -std::numeric_limits<float>::infinity();
       const int64_t key_end = causal ? std::min(s.keys, l + 1) : s.keys;
       // A bool mask along contiguous keys is skipped eight hidden keys at a
       // time: a decode step's mask hides the whole unwritten cache.
@@ -186,43 +247,58 @@ DenseTensor attention_kernel(const OpArgs& args, std::span<const DenseTensor> in
             continue;
           }
         }
-        float bias = 0;
         if (mask != nullptr) {
           const int64_t at = mask_row + key * key_stride;
           if (mask->dtype() == DType::kBool) {
             if (!mask->data_as<bool>()[at]) continue;
           } else {
-            bias = mask->data_as<float>()[at];
+            const float bias = mask->data_as<float>()[at];
             if (bias == -std::numeric_limits<float>::infinity()) continue;
+            biases[static_cast<std::size_t>(count)] = bias;
           }
         }
-        // The cache is cold in a decode step (the weights streamed through
-        // since), and the dot below is too short a dependent chain to keep
-        // loads in flight: fetch the key rows a few ahead, and this key's
-        // value row for the pass after.
-        if (key + kPrefetchRows < key_end) prefetch_row(kb + (key + kPrefetchRows) * s.depth, s.depth);
-        prefetch_row(vb + key * s.value_depth, s.value_depth);
-        const float score = static_cast<float>(dot(qrow, kb + key * s.depth, s.depth) * scale) + bias;
-        seen[static_cast<std::size_t>(count)] = key;
-        weights[static_cast<std::size_t>(count)] = score;
-        top = std::max(top, score);
-        ++count;
+        seen[static_cast<std::size_t>(count++)] = key;
       }
       if (count == 0) {  // every key hidden: softmax over nothing, as in PyTorch
         std::fill(orow, orow + s.value_depth, std::numeric_limits<float>::quiet_NaN());
         continue;
       }
-      float total = 0;
-      for (int64_t i = 0; i < count; ++i) {
-        weights[static_cast<std::size_t>(i)] = std::exp(weights[static_cast<std::size_t>(i)] - top);
-        total += weights[static_cast<std::size_t>(i)];
+      // Scores, a block of keys at a time; the value rows are requested
+      // here too, for the weighted sum after.
+      const auto key_row = [&](int64_t i) { return kb + seen[static_cast<std::size_t>(i)] * s.depth; };
+      int64_t i = 0;
+      for (; i + kKeyBlock <= count; i += kKeyBlock) {
+        const float* rows[kKeyBlock];
+        for (int64_t j = 0; j < kKeyBlock; ++j) {
+          rows[j] = key_row(i + j);
+          if (i + kKeyBlock + j < count) prefetch_row(key_row(i + kKeyBlock + j), s.depth);
+          prefetch_row(vb + seen[static_cast<std::size_t>(i + j)] * s.value_depth, s.value_depth);
+        }
+        dot_rows<kKeyBlock>(qrow, rows, s.depth, weights.data() + i);
       }
-      std::fill(orow, orow + s.value_depth, 0.0f);
-      for (int64_t i = 0; i < count; ++i) {
-        const float p = weights[static_cast<std::size_t>(i)] / total;
-        const float* vrow = vb + seen[static_cast<std::size_t>(i)] * s.value_depth;
-        for (int64_t e = 0; e < s.value_depth; ++e) orow[e] += p * vrow[e];
+      for (; i < count; ++i) {
+        const float* key = key_row(i);
+        prefetch_row(vb + seen[static_cast<std::size_t>(i)] * s.value_depth, s.value_depth);
+        dot_rows<1>(qrow, &key, s.depth, weights.data() + i);
       }
+      float top = -std::numeric_limits<float>::infinity();
+      for (int64_t j = 0; j < count; ++j) {
+        float& score = weights[static_cast<std::size_t>(j)];
+        score = static_cast<float>(score * scale) + (biases.empty() ? 0.0f : biases[static_cast<std::size_t>(j)]);
+        top = std::max(top, score);
+      }
+      // Softmax: exp_approx vectorises; the sum runs as eight lanes, then
+      // the lanes and the last few, in a fixed order.
+      for (int64_t j = 0; j < count; ++j) {
+        weights[static_cast<std::size_t>(j)] = exp_approx(weights[static_cast<std::size_t>(j)] - top);
+      }
+      Floats8 lanes{};
+      int64_t j = 0;
+      for (; j + kLanes <= count; j += kLanes) lanes += load8(weights.data() + j);
+      float total = lane_sum(lanes);
+      for (; j < count; ++j) total += weights[static_cast<std::size_t>(j)];
+      for (j = 0; j < count; ++j) weights[static_cast<std::size_t>(j)] /= total;
+      weighted_sum(weights.data(), seen.data(), count, vb, s.value_depth, orow);
     }
   };
   // A part should read some tens of KiB of keys and values to pay for a thread.
