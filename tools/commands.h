@@ -74,6 +74,7 @@ struct LlamaOptions {
   double temperature = 0;
   double top_p = 0.9;
   bool check = false;
+  bool profile = false;
   std::string format = "text";
   std::string backend = "local";  // or "mpi"
 };

@@ -18,6 +18,7 @@
 #include "shardflow/models/llama.h"
 #include "shardflow/models/tokenizer.h"
 #include "shardflow/runtime/runtime.h"
+#include "shardflow/trace/profile.h"
 
 namespace shardflow::cli {
 
@@ -35,6 +36,7 @@ struct RunOutcome {
   CompileStats prefill, decode;
   std::vector<ProgramCollective> decode_collectives;
   std::string plan_text;
+  std::shared_ptr<OpProfile> prefill_profile, decode_profile;  // --profile
 };
 
 struct Setup {
@@ -172,6 +174,11 @@ RunOutcome generate_once(const LlamaOptions& o, const Setup& s, bool sharded, bo
     sampling.seed = static_cast<uint64_t>(o.seed);
     sampling.keep_logits = keep_logits;
     sampling.on_token = [&](int64_t done, int64_t total) { progress.update(done, total); };
+    if (o.profile && sharded) {
+      out.prefill_profile = std::make_shared<OpProfile>();
+      out.decode_profile = std::make_shared<OpProfile>();
+      model.set_profiles(out.prefill_profile, out.decode_profile);
+    }
     std::vector<std::vector<int64_t>> prompts(static_cast<std::size_t>(s.batch), s.prompt);
     out.generation = llama::generate(model, prompts, sampling);
     out.prefill = model.prefill_stats();
@@ -217,6 +224,58 @@ Comparison compare(const llama::Generation& got, const llama::Generation& want) 
   return c;
 }
 
+// One program's profile, per call, on the first device that reported
+// (this process's device under MPI).
+struct ProfileReport {
+  int64_t device = 0, calls = 0;
+  double ms_per_call = 0, outside_ops_ms = 0;
+  std::vector<OpProfile::Entry> ops;  // totals
+};
+
+std::optional<ProfileReport> report_of(const std::shared_ptr<OpProfile>& profile) {
+  if (!profile || profile->calls() == 0 || profile->devices().empty()) return std::nullopt;
+  ProfileReport r;
+  r.device = profile->devices().front();
+  r.calls = profile->calls();
+  r.ops = profile->entries(r.device);
+  const double calls = static_cast<double>(r.calls);
+  r.ms_per_call = profile->call_seconds() * 1e3 / calls;
+  double in_ops = 0;
+  for (const OpProfile::Entry& e : r.ops) in_ops += e.seconds;
+  r.outside_ops_ms = std::max(0.0, profile->call_seconds() - in_ops) * 1e3 / calls;
+  return r;
+}
+
+nlohmann::ordered_json profile_json(const ProfileReport& r) {
+  nlohmann::ordered_json ops = nlohmann::ordered_json::array();
+  const double calls = static_cast<double>(r.calls);
+  for (const OpProfile::Entry& e : r.ops) {
+    const double ms = e.seconds * 1e3 / calls;
+    ops.push_back({{"op", e.op},
+                   {"calls_per_call", static_cast<double>(e.calls) / calls},
+                   {"ms_per_call", ms},
+                   {"share", r.ms_per_call > 0 ? ms / r.ms_per_call : 0.0}});
+  }
+  return {{"device", r.device}, {"calls", r.calls},     {"ms_per_call", r.ms_per_call},
+          {"ops", ops},         {"outside_ops_ms_per_call", r.outside_ops_ms}};
+}
+
+std::string profile_text(const std::string& title, const ProfileReport& r) {
+  const double calls = static_cast<double>(r.calls);
+  std::string out = fmt::format("{} profile, device {}: {:.3f} ms per call, mean of {} call(s)\n", title, r.device,
+                                r.ms_per_call, r.calls);
+  out += fmt::format("  {:<40} {:>9} {:>10} {:>7}\n", "op", "calls", "ms", "share");
+  const auto share = [&](double ms) { return r.ms_per_call > 0 ? 100 * ms / r.ms_per_call : 0.0; };
+  for (const OpProfile::Entry& e : r.ops) {
+    const double ms = e.seconds * 1e3 / calls;
+    out += fmt::format("  {:<40} {:>9.4g} {:>10.3f} {:>6.1f}%\n", e.op, static_cast<double>(e.calls) / calls, ms,
+                       share(ms));
+  }
+  out += fmt::format("  {:<40} {:>9} {:>10.3f} {:>6.1f}%\n", "(outside ops: interpreter, inputs, outputs)", "",
+                     r.outside_ops_ms, share(r.outside_ops_ms));
+  return out;
+}
+
 std::string row_text(const Setup& s, const std::vector<int64_t>& generated) {
   if (!s.tokenizer) return fmt::format("{}", fmt::join(generated, " "));
   std::vector<int64_t> all = s.prompt;
@@ -244,6 +303,8 @@ int run_llama_command(const LlamaOptions& o) {
   for (const ProgramCollective& c : run.decode_collectives) ++per_kind[c.kind];
   const int64_t traces = run.prefill.traces + run.decode.traces;
   const int64_t cache_hits = run.prefill.cache_hits + run.decode.cache_hits;
+  const std::optional<ProfileReport> prefill_report = report_of(run.prefill_profile);
+  const std::optional<ProfileReport> decode_report = report_of(run.decode_profile);
 
   if (o.format == "json") {
     nlohmann::ordered_json out;
@@ -258,6 +319,12 @@ int run_llama_command(const LlamaOptions& o) {
     out["cache_hits"] = cache_hits;
     out["collectives_per_decode_step"] = per_kind;
     if (check) out["max_abs_logit_diff"] = check->max_abs_logit_diff;
+    if (o.profile) {
+      nlohmann::ordered_json profile = nlohmann::ordered_json::object();
+      if (prefill_report) profile["prefill"] = profile_json(*prefill_report);
+      if (decode_report) profile["decode"] = profile_json(*decode_report);
+      out["profile"] = profile;
+    }
     // A text cut inside a character, or byte tokens that spell none, is not
     // UTF-8: such bytes print as U+FFFD rather than failing the output.
     std::cout << out.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
@@ -276,6 +343,8 @@ int run_llama_command(const LlamaOptions& o) {
     for (const auto& [kind, n] : per_kind) std::cout << fmt::format(", {} {}", n, kind);
     std::cout << "\n";
     for (const ProgramCollective& c : run.decode_collectives) std::cout << "  " << c.description << "\n";
+    if (prefill_report) std::cout << profile_text("prefill", *prefill_report);
+    if (decode_report) std::cout << profile_text("decode step", *decode_report);
     if (check) {
       std::cout << fmt::format("check against one device: tokens {}, max abs logit diff {:.3g} ({})\n",
                                check->tokens_equal ? "identical" : "DIFFERENT", check->max_abs_logit_diff,

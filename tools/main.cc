@@ -99,6 +99,9 @@ static void add_llama_command(CLI::App& app, cli::LlamaOptions& o) {
   c->add_option("--temperature", o.temperature, "0: greedy (default); above 0: sampling");
   c->add_option("--top-p", o.top_p, "Nucleus sampling threshold when sampling");
   c->add_flag("--check", o.check, "Also generate on one device without sharding and compare (exit 1 on mismatch)");
+  c->add_flag("--profile", o.profile,
+              "Also report where a prefill and a decode step spend their time: per op kind on the first device, "
+              "collectives included");
   c->add_option("--format", o.format, "Output format")->check(CLI::IsMember({"text", "json"}));
   c->add_option("--backend", o.backend, kBackendHelp)->check(CLI::IsMember({"local", "mpi"}));
 }

@@ -16,4 +16,5 @@
 #include "shardflow/trace/compile.h"
 #include "shardflow/trace/mark_sharding.h"
 #include "shardflow/trace/ops.h"
+#include "shardflow/trace/profile.h"
 #include "shardflow/trace/tensor.h"

@@ -5,11 +5,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <map>
 
 #include "shardflow/base/error.h"
 #include "shardflow/tensor/device_memory.h"
+#include "shardflow/trace/profile.h"
 
 namespace shardflow {
 
@@ -65,8 +67,8 @@ DenseTensor filled(DType dtype, const Shape& shape, double value) {
 
 class DeviceRun {
  public:
-  DeviceRun(const PartitionedProgram& program, int64_t device, Communicator& comm)
-      : program_(program), mesh_(*program.mesh), device_(device), comm_(comm),
+  DeviceRun(const PartitionedProgram& program, int64_t device, Communicator& comm, OpProfile* profile)
+      : program_(program), mesh_(*program.mesh), device_(device), comm_(comm), profile_(profile),
         coords_(mesh_.coords_of(device)), slots_(program.slots.size()) {}
 
   std::vector<DenseTensor>& slots() { return slots_; }
@@ -81,24 +83,56 @@ class DeviceRun {
       for (int slot : instructions[i].inputs) last_reader_[static_cast<std::size_t>(slot)] = static_cast<int64_t>(i);
     }
     for (int slot : program_.output_slots) last_reader_[static_cast<std::size_t>(slot)] = -1;
+    using Clock = std::chrono::steady_clock;
+    RunTimes times;
     for (std::size_t i = 0; i < instructions.size(); ++i) {
       const Instruction& instruction = instructions[i];
       current_ = static_cast<int64_t>(i);
+      const Clock::time_point start = profile_ ? Clock::now() : Clock::time_point();
       switch (instruction.kind) {
         case InstructionKind::kCompute: compute(instruction); break;
         case InstructionKind::kCollective: collective(instruction); break;
         case InstructionKind::kLocalSlice: local_slice(instruction); break;
         case InstructionKind::kMaskPadding: mask(instruction); break;
       }
+      if (profile_) times.add(profile_key(instruction), std::chrono::duration<double>(Clock::now() - start).count(),
+                              [&] { return profile_name(instruction); });
       for (int slot : instruction.inputs) {
         if (last_reader_[static_cast<std::size_t>(slot)] == static_cast<int64_t>(i)) {
           slots_[static_cast<std::size_t>(slot)] = DenseTensor();
         }
       }
     }
+    if (profile_) profile_->add_run(device_, times.totals());
   }
 
  private:
+  // What an instruction is timed as: its op, its collective's kind, or the
+  // partitioner step.
+  const void* profile_key(const Instruction& instruction) const {
+    switch (instruction.kind) {
+      case InstructionKind::kCompute: return instruction.op;
+      case InstructionKind::kCollective: return to_string(collective_kind(instruction)).data();
+      case InstructionKind::kLocalSlice: return kLocalSliceName;
+      case InstructionKind::kMaskPadding: return kMaskPaddingName;
+    }
+    return nullptr;
+  }
+  std::string profile_name(const Instruction& instruction) const {
+    switch (instruction.kind) {
+      case InstructionKind::kCompute: return instruction.op->full_name();
+      case InstructionKind::kCollective: return std::string(to_string(collective_kind(instruction)));
+      case InstructionKind::kLocalSlice: return kLocalSliceName;
+      case InstructionKind::kMaskPadding: return kMaskPaddingName;
+    }
+    return "?";
+  }
+  CollectiveKind collective_kind(const Instruction& instruction) const {
+    return program_.collectives[static_cast<std::size_t>(instruction.collective)].kind;
+  }
+  static constexpr const char* kLocalSliceName = "local-slice";
+  static constexpr const char* kMaskPaddingName = "mask-padding";
+
   const DenseTensor& in(const Instruction& instruction, std::size_t i = 0) const {
     return slots_[static_cast<std::size_t>(instruction.inputs[i])];
   }
@@ -294,6 +328,7 @@ class DeviceRun {
   const Mesh& mesh_;
   int64_t device_;
   Communicator& comm_;
+  OpProfile* profile_;
   std::vector<int64_t> coords_;
   std::vector<DenseTensor> slots_;
   std::vector<int64_t> last_reader_;  // per slot: the last instruction reading it (-1: kept)
@@ -332,14 +367,14 @@ bool laid_out_as(const Tensor& tensor, const Sharding& sharding) {
 }  // namespace
 
 std::vector<Tensor> run_program(const PartitionedProgram& program, Runtime& runtime,
-                                std::vector<Tensor> inputs) {
+                                std::vector<Tensor> inputs, OpProfile* profile) {
   return run_program(program, runtime.num_devices(), [&](const DeviceProgram& fn) { runtime.run(fn); },
-                     std::move(inputs));
+                     std::move(inputs), profile);
 }
 
 std::vector<Tensor> run_program(const PartitionedProgram& program, int64_t num_devices,
                                 const std::function<void(const DeviceProgram&)>& run_on_devices,
-                                std::vector<Tensor> inputs) {
+                                std::vector<Tensor> inputs, OpProfile* profile) {
   const Mesh& mesh = *program.mesh;
   // A program on one device (a graph without annotations) runs on device 0.
   if (num_devices != mesh.size() && mesh.size() != 1) {
@@ -375,7 +410,7 @@ std::vector<Tensor> run_program(const PartitionedProgram& program, int64_t num_d
   const DeviceProgram device_program = [&](int64_t device, Communicator& comm) {
     if (device >= mesh.size()) return;
     const DeviceMemoryScope memory_scope(device);
-    DeviceRun run(program, device, comm);
+    DeviceRun run(program, device, comm, profile);
     for (std::size_t i = 0; i < feeds.size(); ++i) {
       const TensorType& type = program.slots[static_cast<std::size_t>(program.input_slots[i])];
       DenseTensor local;

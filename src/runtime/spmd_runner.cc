@@ -97,9 +97,9 @@ void SpmdRunner::fetch_shards(std::vector<DenseTensor>& shards, const ShardLayou
   }
 }
 
-std::vector<Tensor> SpmdRunner::run(const PreparedGraph& prepared, std::vector<Tensor> inputs) {
+std::vector<Tensor> SpmdRunner::run(const PreparedGraph& prepared, std::vector<Tensor> inputs, OpProfile* profile) {
   const auto& spmd = dynamic_cast<const SpmdPrepared&>(prepared);
-  return run_program(spmd.program, num_devices_, run_on_devices_, std::move(inputs));
+  return run_program(spmd.program, num_devices_, run_on_devices_, std::move(inputs), profile);
 }
 
 }  // namespace shardflow

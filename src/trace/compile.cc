@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <chrono>
 #include <fstream>
 #include <utility>
 
@@ -12,6 +13,7 @@
 #include "shardflow/ops/ops.h"
 #include "shardflow/tensor/device_memory.h"
 #include "shardflow/trace/interpreter.h"
+#include "shardflow/trace/profile.h"
 #include "tensor_impl.h"
 #include "trace_context.h"
 
@@ -72,6 +74,7 @@ struct CompiledFunction::State {
   std::vector<std::unique_ptr<CacheEntry>> entries;  // most recently used first
   CacheEntry* last = nullptr;
   CompileStats stats;
+  std::shared_ptr<OpProfile> profile;
 
   static constexpr std::size_t kMaxEntries = 8;
 
@@ -211,7 +214,16 @@ void prepare_for(GraphRunner& runner, CacheEntry& entry, std::span<const Tensor>
 }  // namespace
 
 std::vector<Tensor> CompiledFunction::call(const std::vector<Tensor>& inputs) {
+  OpProfile* profile = state_->profile.get();
+  using Clock = std::chrono::steady_clock;
+  // A call's time includes its guard check, but not tracing or preparing.
+  Clock::time_point start = profile ? Clock::now() : Clock::time_point();
+  const int64_t traces_before = state_->stats.traces;
   auto [entry, captured] = state_->lookup(inputs);
+  bool restart_clock = profile && state_->stats.traces != traces_before;
+  const auto add_call = [&] {
+    if (profile) profile->add_call(std::chrono::duration<double>(Clock::now() - start).count());
+  };
   if (GraphRunner* runner = graph_runner()) {
     std::vector<std::shared_ptr<TensorImpl>> taken(inputs.size());
     for (std::size_t i = 0; i < inputs.size(); ++i) {
@@ -221,8 +233,12 @@ std::vector<Tensor> CompiledFunction::call(const std::vector<Tensor>& inputs) {
     for (std::size_t i = 0; i < inputs.size(); ++i) {
       if (taken[i]) all_inputs[i] = Tensor(std::move(taken[i]));  // the shards' only holder
     }
+    restart_clock = restart_clock || (profile && entry->prepared_by != runner);
     prepare_for(*runner, *entry, all_inputs);
-    return runner->run(*entry->prepared, std::move(all_inputs));
+    if (restart_clock) start = Clock::now();
+    std::vector<Tensor> outputs = runner->run(*entry->prepared, std::move(all_inputs), profile);
+    add_call();
+    return outputs;
   }
   std::vector<DenseTensor> values;
   const auto value_of = [&](const Tensor& tensor, const Value& input) {
@@ -249,8 +265,10 @@ std::vector<Tensor> CompiledFunction::call(const std::vector<Tensor>& inputs) {
   }
   std::vector<Tensor> outputs;
   if (!entry->interpreter) entry->interpreter = std::make_unique<GraphInterpreter>(entry->record.graph);
+  if (restart_clock) start = Clock::now();
   const DeviceMemoryScope memory_scope(0);  // the one device
-  for (DenseTensor& value : entry->interpreter->run(std::move(values))) outputs.emplace_back(std::move(value));
+  for (DenseTensor& value : entry->interpreter->run(std::move(values), profile)) outputs.emplace_back(std::move(value));
+  add_call();
   return outputs;
 }
 
@@ -285,5 +303,7 @@ void CompiledFunction::save_graph(const std::filesystem::path& path) const {
 }
 
 const CompileStats& CompiledFunction::stats() const { return state_->stats; }
+
+void CompiledFunction::set_profile(std::shared_ptr<OpProfile> profile) { state_->profile = std::move(profile); }
 
 }  // namespace shardflow

@@ -96,7 +96,7 @@ static std::optional<std::vector<Tensor>> run_sharded(const OpDef& op, const OpA
   }
   std::vector<Tensor> inputs;
   for (const auto& tensor : tensors) inputs.emplace_back(tensor);
-  return runner->run(*prepared, std::move(inputs));
+  return runner->run(*prepared, std::move(inputs), nullptr);  // eager ops are not profiled
 }
 
 namespace ops {

@@ -3,10 +3,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <unordered_map>
 
 #include "shardflow/base/error.h"
 #include "shardflow/ir/text.h"
+#include "shardflow/trace/profile.h"
 
 namespace shardflow {
 
@@ -43,7 +45,7 @@ GraphInterpreter::GraphInterpreter(const Graph& graph) : graph_(graph) {
   num_slots_ = slot.size();
 }
 
-std::vector<DenseTensor> GraphInterpreter::run(std::vector<DenseTensor> inputs) const {
+std::vector<DenseTensor> GraphInterpreter::run(std::vector<DenseTensor> inputs, OpProfile* profile) const {
   const Graph& graph = graph_;
   if (inputs.size() != graph.inputs().size()) {
     throw Error(fmt::format("graph @{} takes {} inputs, got {}", graph.name(), graph.inputs().size(),
@@ -60,6 +62,7 @@ std::vector<DenseTensor> GraphInterpreter::run(std::vector<DenseTensor> inputs) 
     slots[i] = std::move(inputs[i]);
   }
   std::vector<DenseTensor> operands;
+  RunTimes times;
   for (const Step& step : steps_) {
     operands.clear();
     for (std::size_t k = 0; k < step.inputs.size(); ++k) {
@@ -67,16 +70,23 @@ std::vector<DenseTensor> GraphInterpreter::run(std::vector<DenseTensor> inputs) 
       operands.push_back(step.hand_over[k] ? std::move(slot) : slot);
     }
     std::vector<DenseTensor> results;
+    using Clock = std::chrono::steady_clock;
+    const Clock::time_point start = profile ? Clock::now() : Clock::time_point();
     try {
       results = step.node->op().kernel(step.args, operands);
     } catch (const Error& error) {
       throw Error(fmt::format("{}: {}", print_node(*step.node), error.what()));
+    }
+    if (profile) {
+      const OpDef& op = step.node->op();
+      times.add(&op, std::chrono::duration<double>(Clock::now() - start).count(), [&] { return op.full_name(); });
     }
     for (std::size_t i = 0; i < results.size(); ++i) {
       slots[static_cast<std::size_t>(step.outputs[i])] = std::move(results[i]);
     }
     for (int released : step.release) slots[static_cast<std::size_t>(released)] = DenseTensor();
   }
+  if (profile) profile->add_run(0, times.totals());
   std::vector<DenseTensor> outputs;
   for (int output : output_slots_) outputs.push_back(slots[static_cast<std::size_t>(output)]);
   return outputs;

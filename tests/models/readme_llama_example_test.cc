@@ -1,6 +1,8 @@
 // The README's LLaMA example, compiled and checked.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "shardflow/models/llama.h"
 #include "shardflow/runtime/runtime.h"
 #include "shardflow/shardflow.h"
@@ -26,4 +28,17 @@ TEST(ReadmeExample, LlamaGeneration) {
   EXPECT_EQ(model.decode_stats().traces, 1);
   EXPECT_EQ(model.decode_stats().cache_hits, 30);
   EXPECT_EQ(model.decode_collectives().size(), 24u);
+  auto decode_profile = std::make_shared<sf::OpProfile>();
+  model.set_profiles(nullptr, decode_profile);
+  options.steps = 3;  // one prefill, two decode steps
+  llama::generate(model, {{1, 450, 4996}, {1, 450, 4996}, {1, 9038, 2501}, {1, 29871, 13}}, options);
+  EXPECT_EQ(decode_profile->calls(), 2);
+  EXPECT_EQ(decode_profile->devices().size(), 8u);
+  std::map<std::string, int64_t> per_kind;  // each collective of the program, twice
+  for (const sf::ProgramCollective& c : model.decode_collectives()) per_kind[c.kind] += 2;
+  for (const auto& [kind, calls] : per_kind) {
+    int64_t profiled = 0;
+    for (const sf::OpProfile::Entry& e : decode_profile->entries(0)) profiled += e.op == kind ? e.calls : 0;
+    EXPECT_EQ(profiled, calls) << kind;
+  }
 }

@@ -2,6 +2,7 @@
 // partitioned and run on the runtime's devices; results match one device.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <numeric>
 
 #include "shardflow/runtime/runtime.h"
@@ -43,6 +44,30 @@ TEST(SpmdCompile, MegatronMlpRunsOnEightDevicesWithOneAllReduce) {
   expect_close(mlp(x), expected);
   EXPECT_EQ(mlp.stats().traces, 1);
   EXPECT_EQ(mlp.stats().cache_hits, 1);
+}
+
+// Every device reports its own ops, and each collective under its kind.
+TEST(SpmdCompile, ProfileHasEveryDeviceItsOpsAndItsCollectives) {
+  sf::Runtime runtime = sf::Runtime::local(8);
+  const sf::Mesh mesh(iota(8), {2, 4}, {"data", "model"});
+  sf::Tensor w1(sf::randn({16, 64}, 2).value()), w2(sf::randn({64, 16}, 3).value());
+  sf::mark_sharding(w1, mesh, {sf::none, "model"});
+  sf::mark_sharding(w2, mesh, {"model", sf::none});
+  auto mlp = sf::compile([&](sf::Tensor in) { return sf::matmul(sf::gelu(sf::matmul(in, w1)), w2); });
+  auto profile = std::make_shared<sf::OpProfile>();
+  mlp.set_profile(profile);
+  const sf::Tensor x = sf::randn({8, 16}, 1);
+  mlp(x);
+  mlp(x);
+  EXPECT_EQ(profile->calls(), 2);
+  EXPECT_EQ(profile->devices(), iota(8));
+  for (int64_t device = 0; device < 8; ++device) {
+    std::map<std::string, int64_t> calls;
+    for (const sf::OpProfile::Entry& e : profile->entries(device)) calls[e.op] = e.calls;
+    EXPECT_EQ(calls["aten::matmul"], 4) << device;
+    EXPECT_EQ(calls["aten::gelu"], 2) << device;
+    EXPECT_EQ(calls["all-reduce"], 2) << device;  // the program's one all-reduce per call
+  }
 }
 
 TEST(SpmdCompile, ActivationShardingComesBackLaidOut) {

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "shardflow/models/checkpoint.h"
@@ -47,6 +48,48 @@ TEST(LlamaCli, TextReportsSpeedsAndCollectivesWithReasons) {
   EXPECT_NE(r.out.find("tokens/s"), std::string::npos);
   EXPECT_NE(r.out.find("reduce-scatter over 'model'"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("contracts dim"), std::string::npos) << r.out;
+}
+
+// --profile: per op kind, per call, on the first device. Its counts are the
+// program's: 7 matrix products per layer and the head, and the collectives
+// the report lists.
+TEST(LlamaCli, ProfileCountsTheProgramsOpsAndCollectives) {
+  const CliResult r = run_cli("llama --config tiny --mesh 4,1,2 --prompt-ids 1,7,9 --steps 4 --profile --format json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json out = json::parse(r.out);
+  ASSERT_TRUE(out.contains("profile")) << r.out;
+  const json& profile = out["profile"];
+  EXPECT_EQ(profile["prefill"]["calls"], 1);
+  EXPECT_EQ(profile["decode"]["calls"], 3);  // the tokens after the prefill's
+  for (const char* program : {"prefill", "decode"}) {
+    const json& p = profile[program];
+    EXPECT_EQ(p["device"], 0);
+    std::map<std::string, double> calls;
+    double shares = 0;
+    for (const json& op : p["ops"]) {
+      calls[op["op"].get<std::string>()] = op["calls_per_call"].get<double>();
+      EXPECT_GE(op["ms_per_call"].get<double>(), 0);
+      shares += op["share"].get<double>();
+    }
+    EXPECT_EQ(calls["aten::linear"], 2 * 7 + 1) << program;  // tiny has 2 layers
+    EXPECT_EQ(calls["aten::scaled_dot_product_attention"], 2) << program;
+    shares += p["outside_ops_ms_per_call"].get<double>() / p["ms_per_call"].get<double>();
+    EXPECT_NEAR(shares, 1.0, 1e-9) << program;
+  }
+  for (const auto& [kind, count] : out["collectives_per_decode_step"].items()) {
+    double profiled = 0;
+    for (const json& op : profile["decode"]["ops"]) {
+      if (op["op"] == kind) profiled = op["calls_per_call"].get<double>();
+    }
+    EXPECT_EQ(profiled, count.get<double>()) << kind;
+  }
+  const CliResult text = run_cli("llama --config tiny --prompt-ids 1,7,9 --steps 3 --profile");
+  ASSERT_EQ(text.status, 0) << text.err;
+  EXPECT_NE(text.out.find("decode step profile, device 0:"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("aten::linear"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("(outside ops"), std::string::npos) << text.out;
+  const CliResult plain = run_cli("llama --config tiny --prompt-ids 1,7,9 --steps 3 --format json");
+  EXPECT_FALSE(json::parse(plain.out).contains("profile"));  // only when asked for
 }
 
 TEST(LlamaCli, TextPromptsAndCheckpoints) {

@@ -120,6 +120,9 @@ class Model {
   std::string decode_program_text() const;
   // The collectives of one decode step (after the first decode call).
   std::vector<ProgramCollective> decode_collectives() const;
+  // Later prefill and decode calls add their op times to these profiles
+  // (trace/profile.h); nullptr stops that.
+  void set_profiles(std::shared_ptr<OpProfile> prefill, std::shared_ptr<OpProfile> decode);
 
  private:
   std::vector<Tensor> step(const std::vector<Tensor>& inputs) const;

@@ -11,6 +11,8 @@
 
 namespace shardflow {
 
+class OpProfile;  // trace/profile.h
+
 // One tensor per graph input: its global value, or a tensor already laid out
 // as the program's input sharding says (its shards are used as they are).
 // Returns one tensor per graph output, laid out across the devices as the
@@ -21,14 +23,17 @@ namespace shardflow {
 // shard whose only other holder was that handle (a donated input) is then
 // the device's alone, and an op that owns its operand (index_copy) updates
 // it in place.
+//
+// With a profile, every device that runs in this process adds its op times
+// to it (collectives by kind: "all-reduce", ...).
 std::vector<Tensor> run_program(const PartitionedProgram& program, Runtime& runtime,
-                                std::vector<Tensor> inputs);
+                                std::vector<Tensor> inputs, OpProfile* profile = nullptr);
 
 // The same on any set of devices: `run_on_devices(fn)` runs fn on each of
 // `num_devices` devices and waits (Runtime::run).
 using DeviceProgram = std::function<void(int64_t device, Communicator& comm)>;
 std::vector<Tensor> run_program(const PartitionedProgram& program, int64_t num_devices,
                                 const std::function<void(const DeviceProgram&)>& run_on_devices,
-                                std::vector<Tensor> inputs);
+                                std::vector<Tensor> inputs, OpProfile* profile = nullptr);
 
 }  // namespace shardflow

@@ -23,7 +23,7 @@ class SpmdRunner : public GraphRunner {
 
   std::shared_ptr<const PreparedGraph> prepare(const Graph& graph,
                                                std::span<const std::optional<Sharding>> input_shardings) override;
-  std::vector<Tensor> run(const PreparedGraph& prepared, std::vector<Tensor> inputs) override;
+  std::vector<Tensor> run(const PreparedGraph& prepared, std::vector<Tensor> inputs, OpProfile* profile) override;
 
   bool is_addressable(int64_t device) const override { return !process_ || device == process_->device; }
   // An all-gather over every device (each contributes its own shard).

@@ -36,6 +36,8 @@
 
 namespace shardflow {
 
+class OpProfile;  // trace/profile.h
+
 // What runs a traced graph. Without one, compile() runs graphs on one device
 // with the reference kernels; a multi-device runtime installs one that
 // propagates shardings, partitions the graph and runs it on its devices.
@@ -66,8 +68,10 @@ class GraphRunner {
                                                        std::span<const std::optional<Sharding>> input_shardings) = 0;
   // Every call: one tensor per graph input; returns one per graph output.
   // A handle in `inputs` that is the only one of its tensor (a donated
-  // input) lets the run update its buffers in place.
-  virtual std::vector<Tensor> run(const PreparedGraph& prepared, std::vector<Tensor> inputs) = 0;
+  // input) lets the run update its buffers in place. With a profile, each
+  // device adds its op times to it.
+  virtual std::vector<Tensor> run(const PreparedGraph& prepared, std::vector<Tensor> inputs,
+                                  OpProfile* profile) = 0;
 
   // Multi-process runtimes (MPI): whether this process holds the data of
   // `device`. Shards of other processes' devices are left undefined in
@@ -144,6 +148,9 @@ class CompiledFunction {
   std::vector<ProgramCollective> collectives() const;
   void save_graph(const std::filesystem::path& path) const;
   const CompileStats& stats() const;
+  // Every later call adds its op times, per device, and its run time to
+  // `profile` (trace/profile.h); nullptr stops that.
+  void set_profile(std::shared_ptr<OpProfile> profile);
 
  private:
   struct State;
@@ -200,6 +207,11 @@ class Compiled {
   std::string program_text() const { return checked_core().program_text(); }
   void save_graph(const std::filesystem::path& path) const { checked_core().save_graph(path); }
   CompileStats stats() const { return shared_->core ? shared_->core->stats() : CompileStats{}; }
+  // As CompiledFunction::set_profile; may come before the first call.
+  void set_profile(std::shared_ptr<OpProfile> profile) {
+    shared_->profile = profile;
+    if (shared_->core) shared_->core->set_profile(std::move(profile));
+  }
 
  private:
   struct Shared {
@@ -207,6 +219,7 @@ class Compiled {
     F fn;
     std::string name;
     std::unique_ptr<CompiledFunction> core;
+    std::shared_ptr<OpProfile> profile;
   };
 
   template <class... Ts>
@@ -214,6 +227,7 @@ class Compiled {
     if (!shared_->core) {
       shared_->core = std::make_unique<CompiledFunction>(
           make_body(std::index_sequence_for<Ts...>{}), shared_->name);
+      shared_->core->set_profile(shared_->profile);
     }
     return *shared_->core;
   }

@@ -9,6 +9,8 @@
 
 namespace shardflow {
 
+class OpProfile;
+
 // A graph made ready for repeated runs: each node's operand and result
 // slots, its bound arguments, and the values it is the last reader of, found
 // once instead of on every run (a decode step runs a few hundred small ops,
@@ -21,7 +23,8 @@ class GraphInterpreter {
   // One value per graph input, in order; returns one per graph output. Each
   // value is released after its last use, and handed to that last reader
   // (so a kernel may update a buffer that nothing else holds in place).
-  std::vector<DenseTensor> run(std::vector<DenseTensor> inputs) const;
+  // With a profile, each op's time is added to it (as device 0).
+  std::vector<DenseTensor> run(std::vector<DenseTensor> inputs, OpProfile* profile = nullptr) const;
 
  private:
   struct Step {

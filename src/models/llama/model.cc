@@ -209,4 +209,9 @@ CompileStats Model::decode_stats() const { return decode_->stats(); }
 std::string Model::decode_program_text() const { return decode_->program_text(); }
 std::vector<ProgramCollective> Model::decode_collectives() const { return decode_->collectives(); }
 
+void Model::set_profiles(std::shared_ptr<OpProfile> prefill, std::shared_ptr<OpProfile> decode) {
+  prefill_->set_profile(std::move(prefill));
+  decode_->set_profile(std::move(decode));
+}
+
 }  // namespace shardflow::llama

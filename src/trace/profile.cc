@@ -1,0 +1,58 @@
+#include "shardflow/trace/profile.h"
+
+#include <algorithm>
+
+namespace shardflow {
+
+void OpProfile::add_run(int64_t device, const std::vector<Entry>& ops) {
+  const std::lock_guard lock(mutex_);
+  std::map<std::string, Entry>& totals = by_device_[device];
+  for (const Entry& op : ops) {
+    Entry& total = totals[op.op];
+    total.op = op.op;
+    total.calls += op.calls;
+    total.seconds += op.seconds;
+  }
+}
+
+void OpProfile::add_call(double seconds) {
+  const std::lock_guard lock(mutex_);
+  ++calls_;
+  call_seconds_ += seconds;
+}
+
+std::vector<int64_t> OpProfile::devices() const {
+  const std::lock_guard lock(mutex_);
+  std::vector<int64_t> out;
+  for (const auto& [device, totals] : by_device_) out.push_back(device);
+  return out;
+}
+
+std::vector<OpProfile::Entry> OpProfile::entries(int64_t device) const {
+  const std::lock_guard lock(mutex_);
+  std::vector<Entry> out;
+  const auto found = by_device_.find(device);
+  if (found == by_device_.end()) return out;
+  for (const auto& [op, entry] : found->second) out.push_back(entry);
+  std::stable_sort(out.begin(), out.end(), [](const Entry& a, const Entry& b) { return a.seconds > b.seconds; });
+  return out;
+}
+
+int64_t OpProfile::calls() const {
+  const std::lock_guard lock(mutex_);
+  return calls_;
+}
+
+double OpProfile::call_seconds() const {
+  const std::lock_guard lock(mutex_);
+  return call_seconds_;
+}
+
+void OpProfile::clear() {
+  const std::lock_guard lock(mutex_);
+  by_device_.clear();
+  calls_ = 0;
+  call_seconds_ = 0;
+}
+
+}  // namespace shardflow
