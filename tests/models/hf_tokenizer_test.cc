@@ -147,6 +147,139 @@ TEST(HfTokenizer, DummyPrefixFollowsTheNormalizerOrPreTokenizer) {
   EXPECT_EQ(parse(replace_only).encode("h", false, false), (std::vector<int64_t>{h}));
 }
 
+// An added token as the file lists it: matched in the text as written.
+json added(int64_t id, const std::string& content, bool special = true, bool lstrip = false,
+           bool rstrip = false) {
+  return {{"id", id},         {"content", content}, {"single_word", false}, {"lstrip", lstrip},
+          {"rstrip", rstrip}, {"normalized", false}, {"special", special}};
+}
+
+// kPieces take ids 259..276; these added tokens follow.
+constexpr int64_t kX = 277, kXy = 278, kM = 279;
+
+json with_added_tokens(json file) {
+  file["added_tokens"].push_back(added(kX, "<x>"));
+  file["added_tokens"].push_back(added(kXy, "<x>y", /*special=*/false));
+  file["added_tokens"].push_back(added(kM, "<m>", true, /*lstrip=*/true, /*rstrip=*/true));
+  return file;
+}
+
+std::vector<int64_t> join(std::initializer_list<std::vector<int64_t>> parts) {
+  std::vector<int64_t> out;
+  for (const auto& part : parts) out.insert(out.end(), part.begin(), part.end());
+  return out;
+}
+
+TEST(HfTokenizer, AddedTokensAreCutOutOfTheTextBeforeBpe) {
+  const auto id = [](const std::string& p) { return piece_id(kPieces, p); };
+  // LLaMA 2's legacy layout: the Prepend normalizer runs on each piece
+  // between added tokens, so each gets a "▁".
+  const Tokenizer legacy = parse(with_added_tokens(llama_style(kPieces, kMerges)));
+  EXPECT_EQ(legacy.encode("<s>hello</s> world", false, false),
+            (std::vector<int64_t>{1, id("\u2581hello"), 2, id("\u2581"), id("\u2581world")}));
+  EXPECT_EQ(legacy.encode("<s>", true, false), (std::vector<int64_t>{1, 1}));  // as the library does
+  // Leftmost first, then the longest; an added token need not be special.
+  EXPECT_EQ(legacy.encode("h<x>yd<x>", false, false),
+            (std::vector<int64_t>{id("\u2581"), id("h"), kXy, id("\u2581"), id("d"), kX}));
+  EXPECT_EQ(legacy.encode("<<x><x", false, false),
+            join({legacy.encode("<", false, false), {kX}, legacy.encode("<x", false, false)}));
+  // lstrip / rstrip take the white space around (Unicode's, such as U+3000),
+  // but not what an earlier match took.
+  EXPECT_EQ(legacy.encode("he \u3000<m>\n lo", false, false),
+            join({{id("\u2581he")}, {kM}, legacy.encode("lo", false, false)}));
+  EXPECT_EQ(legacy.encode("<m> <m>", false, false), (std::vector<int64_t>{kM, kM}));
+  EXPECT_EQ(legacy.encode("<x> <m>", false, false), (std::vector<int64_t>{kX, kM}));
+  // Metaspace with prepend_scheme first: only the piece at the start of the
+  // text gets the "▁"; with always, every piece.
+  json metaspace = with_added_tokens(llama_style(kPieces, kMerges));
+  metaspace["normalizer"] = nullptr;
+  metaspace["pre_tokenizer"] = {
+      {"type", "Metaspace"}, {"replacement", kMeta}, {"prepend_scheme", "first"}, {"split", true}};
+  const Tokenizer first = parse(metaspace);
+  EXPECT_EQ(first.encode("hello<s>hello", false, false),
+            (std::vector<int64_t>{id("\u2581hello"), 1, id("he"), id("llo")}));
+  EXPECT_EQ(first.encode("<s> hello", false, false), (std::vector<int64_t>{1, id("\u2581hello")}));
+  metaspace["pre_tokenizer"]["prepend_scheme"] = "always";
+  EXPECT_EQ(parse(metaspace).encode("hello<s>hello", false, false),
+            (std::vector<int64_t>{id("\u2581hello"), 1, id("\u2581hello")}));
+  // Decoding: BOS and EOS are markers; other added tokens print their text.
+  EXPECT_EQ(legacy.decode(legacy.encode("hello<x>", true, false)), "hello<x>");
+}
+
+// Random texts of added tokens, white space and letters against a slow
+// splitter: at each position the longest added token, white space taken
+// by lstrip/rstrip, each piece between encoded on its own.
+TEST(HfTokenizer, RandomTextsSplitAtAddedTokensAsTheReference) {
+  const std::vector<std::string> fragments = {"<x>", "<x>y", "<m>", " ",  "\u3000", "\n", "h",
+                                              "e",   "l",    "o",   "<",  "x",      ">",   "y"};
+  struct Reference {
+    std::string content;
+    int64_t id;
+    bool strip;
+  };
+  const std::vector<Reference> contents = {{"<x>y", kXy, false}, {"<x>", kX, false}, {"<m>", kM, true}};
+  const auto white_at = [](const std::string& t, std::size_t i) -> std::size_t {
+    if (t.compare(i, 3, "\u3000") == 0) return 3;
+    return i < t.size() && (t[i] == ' ' || t[i] == '\n') ? 1 : 0;
+  };
+  for (const char* scheme : {"legacy", "first"}) {
+    json file = with_added_tokens(llama_style(kPieces, kMerges));
+    json plain = llama_style(kPieces, kMerges);  // no added tokens beyond 0..2
+    if (std::string(scheme) == "first") {
+      for (json* f : {&file, &plain}) {
+        (*f)["normalizer"] = nullptr;
+        (*f)["pre_tokenizer"] = {
+            {"type", "Metaspace"}, {"replacement", kMeta}, {"prepend_scheme", "first"}, {"split", true}};
+      }
+    }
+    json never = plain;
+    if (std::string(scheme) == "first") never["pre_tokenizer"]["prepend_scheme"] = "never";
+    const Tokenizer tokenizer = parse(file), whole = parse(plain), later = parse(never);
+    std::mt19937 rng(11);
+    for (int round = 0; round < 300; ++round) {
+      std::string text;
+      for (int n = static_cast<int>(rng() % 12); n-- > 0;) text += fragments[rng() % fragments.size()];
+      std::vector<int64_t> want;
+      std::size_t piece_start = 0, at = 0;
+      const auto flush = [&](std::size_t end) {
+        if (end > piece_start) {
+          const std::string piece = text.substr(piece_start, end - piece_start);
+          const std::vector<int64_t> ids = (piece_start == 0 ? whole : later).encode(piece, false, false);
+          want.insert(want.end(), ids.begin(), ids.end());
+        }
+      };
+      while (at < text.size()) {
+        const Reference* hit = nullptr;
+        for (const Reference& r : contents) {
+          if (text.compare(at, r.content.size(), r.content) == 0) {
+            hit = &r;
+            break;
+          }
+        }
+        if (hit == nullptr) {
+          ++at;
+          continue;
+        }
+        std::size_t begin = at, end = at + hit->content.size();
+        while (hit->strip && begin > piece_start) {
+          std::size_t length = 0;
+          for (std::size_t l : {1, 3}) {
+            if (begin >= l && white_at(text, begin - l) == l) length = l;
+          }
+          if (length == 0) break;
+          begin -= length;
+        }
+        while (hit->strip && white_at(text, end) > 0) end += white_at(text, end);
+        flush(begin);
+        want.push_back(hit->id);
+        piece_start = at = end;
+      }
+      flush(text.size());
+      ASSERT_EQ(tokenizer.encode(text, false, false), want) << scheme << ": " << text;
+    }
+  }
+}
+
 TEST(HfTokenizer, MetaspaceSplitKeepsMergesInsideWords) {
   const std::vector<std::string> pieces = {"\u2581",  "a",       "b",
                                            "\u2581a", "\u2581b", "\u2581\u2581"};
@@ -344,7 +477,21 @@ TEST(HfTokenizer, UnsupportedOrInconsistentFilesNameTheField) {
       {[](json& j) {
          j["added_tokens"].push_back({{"id", 277}, {"content", "hi"}, {"special", false}});
        },
-       "added_tokens[3] adds \"hi\", which is not special"},
+       "added_tokens[3] adds \"hi\" with normalized: true"},  // tokenizers' default for non-special
+      {[](json& j) {
+         j["added_tokens"].push_back(
+             {{"id", 277}, {"content", "<x>"}, {"special", true}, {"normalized", true}});
+       },
+       "added_tokens[3] adds \"<x>\" with normalized: true"},
+      {[](json& j) {
+         j["added_tokens"].push_back(
+             {{"id", 277}, {"content", "<x>"}, {"special", true}, {"single_word", true}});
+       },
+       "added_tokens[3] adds \"<x>\" with single_word: true"},
+      {[](json& j) {
+         j["added_tokens"].push_back({{"id", 277}, {"content", "<x>"}, {"special", true}, {"lstrip", "yes"}});
+       },
+       "added_tokens[3].lstrip is a string, expected true or false"},
       {[](json& j) {
          j["normalizer"] = nullptr;
          j["pre_tokenizer"] = {{"type", "Metaspace"}, {"split", "no"}};

@@ -13,6 +13,12 @@ namespace shardflow::llama_test {
 
 inline constexpr const char* kMeta = "\u2581";
 
+// A special token as LLaMA 2's file lists it: matched in the text as written.
+inline nlohmann::json special(int64_t id, const std::string& content) {
+  return {{"id", id},         {"content", content},  {"single_word", false}, {"lstrip", false},
+          {"rstrip", false},  {"normalized", false}, {"special", true}};
+}
+
 inline nlohmann::json llama_style(const std::vector<std::string>& pieces,
                                   const std::vector<std::string>& merges) {
   using json = nlohmann::json;
@@ -24,9 +30,7 @@ inline nlohmann::json llama_style(const std::vector<std::string>& pieces,
   for (std::size_t i = 0; i < pieces.size(); ++i) vocab[pieces[i]] = 259 + i;
   return {
       {"version", "1.0"},
-      {"added_tokens", json::array({{{"id", 0}, {"content", "<unk>"}, {"special", true}},
-                                    {{"id", 1}, {"content", "<s>"}, {"special", true}},
-                                    {{"id", 2}, {"content", "</s>"}, {"special", true}}})},
+      {"added_tokens", json::array({special(0, "<unk>"), special(1, "<s>"), special(2, "</s>")})},
       {"normalizer",
        {{"type", "Sequence"},
         {"normalizers",

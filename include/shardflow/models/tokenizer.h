@@ -52,7 +52,9 @@ class Tokenizer {
   // naming the file and the field, when it is missing, not JSON, or not a
   // BPE tokenizer of this family: byte fallback, ids 0..2 <unk>, <s>, </s>,
   // spaces as "▁", no normalizer or pre-tokenizer beyond prepending and
-  // replacing "▁" (byte-level BPE such as LLaMA 3's is not supported).
+  // replacing "▁" (byte-level BPE such as LLaMA 3's is not supported), and
+  // added tokens matched in the text as written (not normalized: true or
+  // single_word: true).
   static Tokenizer load_hf(const std::filesystem::path& path, int64_t vocab_size);
   static Tokenizer parse_hf(std::string_view json, int64_t vocab_size, const std::string& source_name);
   // A directory's tokenizer.json, a file named *.json, or else a tokenizer.bin
@@ -75,16 +77,31 @@ class Tokenizer {
   };
   // When encode() puts the sentencepiece dummy prefix (a space) before a
   // non-empty text; decode() drops a leading space after BOS unless kNever.
+  // Text cut into pieces at added tokens gets it per piece, as the
+  // tokenizers library normalizes and pre-tokenizes each piece on its own.
   enum class DummyPrefix {
     kNever,
     kAlways,              // llama2.c, and tokenizers' Prepend normalizer
-    kUnlessLeadingSpace,  // tokenizers' Metaspace pre-tokenizer
+    kUnlessLeadingSpace,  // tokenizers' Metaspace pre-tokenizer (prepend_scheme always)
+    // Metaspace with prepend_scheme first: only the piece that starts the text.
+    kAtTextStartUnlessLeadingSpace,
+  };
+  // A token that is cut out of the text before BPE wherever its content
+  // appears (tokenizers' added tokens that match the text as written,
+  // normalized: false): <s>, </s>, chat markers. Of overlapping ones the
+  // leftmost wins, then the longest.
+  struct AddedToken {
+    std::string content;
+    int64_t id = 0;
+    bool strip_left = false;   // also takes the white space before it (lstrip)
+    bool strip_right = false;  // and after it (rstrip)
   };
   struct RankedOptions {
     DummyPrefix dummy_prefix = DummyPrefix::kAlways;
     // Each space starts a new word and no merge joins two words, as
     // tokenizers' Metaspace pre-tokenizer with split=true does.
     bool split_at_spaces = false;
+    std::vector<AddedToken> added_tokens;
   };
   // A tokenizer that merges by rank: merges[r] has rank r. Throws
   // shardflow::Error as above, and when a merge names an id out of range or
@@ -107,7 +124,9 @@ class Tokenizer {
   // A tokenizer with ranked merges instead merges the adjacent pair that is
   // a listed merge of the lowest rank (the leftmost on ties), so a pair whose
   // concatenation is a token but not a listed merge stays apart; and it reads
-  // a "▁" in the text as the space it stands for, as the tokenizers library does.
+  // a "▁" in the text as the space it stands for, as the tokenizers library does;
+  // and it first cuts its added tokens out of the text, encoding the pieces
+  // between them on their own.
   std::vector<int64_t> encode(std::string_view text, bool bos, bool eos) const;
 
   // The text of `token` printed after `previous`: BOS and EOS are markers and
@@ -118,7 +137,9 @@ class Tokenizer {
   std::string decode(int64_t previous, int64_t token) const;
 
   // A whole sequence. The start of the sequence counts as after BOS, so
-  // decode(encode(text, bos, eos)) == text whatever bos and eos are.
+  // decode(encode(text, bos, eos)) == text whatever bos and eos are, for
+  // text without added tokens (BOS and EOS written in the text print nothing,
+  // and a dummy prefix may space the piece after one).
   std::string decode(std::span<const int64_t> tokens) const;
 
  private:
@@ -145,6 +166,14 @@ class Tokenizer {
   // The id of the token with exactly this text that merges may produce, or -1.
   int64_t lookup(std::string_view text) const;
   void merge_pairs(std::vector<int64_t>& ids) const;
+  // Appends the ids of a piece of text without added tokens.
+  void encode_piece(std::string_view piece, bool at_text_start, std::vector<int64_t>& ids) const;
+  // Where the added tokens are in `text`: [begin, end) and id, in order.
+  struct AddedMatch {
+    std::size_t begin, end;
+    int64_t id;
+  };
+  std::vector<AddedMatch> find_added_tokens(std::string_view text) const;
 
   std::vector<std::string> tokens_;
   std::vector<float> scores_;
@@ -156,6 +185,9 @@ class Tokenizer {
   std::unordered_map<uint64_t, RankedMerge> ranked_merges_;
   DummyPrefix dummy_prefix_ = DummyPrefix::kAlways;
   bool split_at_spaces_ = false;
+  std::vector<AddedToken> added_tokens_;
+  // Per first byte: indices into added_tokens_, the longest content first.
+  std::vector<std::vector<std::size_t>> added_by_first_byte_;
 };
 
 }  // namespace shardflow::llama

@@ -59,7 +59,8 @@ class TokenizerJson {
   // The dummy prefix and word splitting, from the normalizer and the
   // pre-tokenizer; refuses steps that would change the pieces otherwise.
   Tokenizer::RankedOptions options() const {
-    bool prepend = false, metaspace_prefix = false, spaces_replaced = false, split = false;
+    bool prepend = false, spaces_replaced = false, split = false;
+    std::string scheme = "never";  // Metaspace's prepend_scheme
     const auto normalizer = [&](const Json& step, const std::string& field) {
       if (!step.is_object()) fail(field, fmt::format("is {}, expected an object", describe(step)));
       const std::string type = optional_string(step, "type", field + ".type").value_or("");
@@ -112,7 +113,7 @@ class TokenizerJson {
         fail("pre_tokenizer.replacement", "is not \"\u2581\"");
       }
       // prepend_scheme since tokenizers 0.14, add_prefix_space before.
-      const std::string scheme =
+      scheme =
           optional_string(*it, "prepend_scheme", "pre_tokenizer.prepend_scheme")
               .value_or(
                   optional_bool(*it, "add_prefix_space", "pre_tokenizer.add_prefix_space", true)
@@ -122,7 +123,6 @@ class TokenizerJson {
         fail("pre_tokenizer.prepend_scheme",
              fmt::format("is {}, expected first, always or never", quote_for_message(scheme, 40)));
       }
-      metaspace_prefix = scheme != "never";
       spaces_replaced = true;
       // Before tokenizers 0.14 Metaspace always split; since, "split" says.
       split = optional_bool(*it, "split", "pre_tokenizer.split", true);
@@ -134,10 +134,13 @@ class TokenizerJson {
     }
     // The normalizer runs first: after Prepend, Metaspace finds its "▁" there.
     using Prefix = Tokenizer::DummyPrefix;
-    return {prepend            ? Prefix::kAlways
-            : metaspace_prefix ? Prefix::kUnlessLeadingSpace
-                               : Prefix::kNever,
-            split};
+    Tokenizer::RankedOptions ranked;
+    ranked.dummy_prefix = prepend                ? Prefix::kAlways
+                          : scheme == "always" ? Prefix::kUnlessLeadingSpace
+                          : scheme == "first"  ? Prefix::kAtTextStartUnlessLeadingSpace
+                                               : Prefix::kNever;
+    ranked.split_at_spaces = split;
+    return ranked;
   }
 
   Tokenizer build(int64_t vocab_size) const {
@@ -182,7 +185,7 @@ class TokenizerJson {
            "is not false; whole words are not looked up before merging (LLaMA 3's "
            "byte-level tokenizers do that)");
     }
-    const Tokenizer::RankedOptions ranked = options();
+    Tokenizer::RankedOptions ranked = options();
 
     // Ids of the vocabulary and the added tokens, by their text as written.
     std::vector<std::optional<std::string>> texts;
@@ -223,17 +226,26 @@ class TokenizerJson {
           fail(field, fmt::format("is {}, expected an object", describe(entry)));
         const auto content = optional_string(entry, "content", field + ".content");
         if (!content) fail(field + ".content", "is missing");
-        // tokenizers finds added tokens in the text before BPE; special ones
-        // (<s>, <pad>, chat markers) are encoded as text here, as llama2.c
-        // does, but ordinary added words would change how text tokenizes.
-        if (!optional_bool(entry, "special", field + ".special", false)) {
-          fail(field,
-               fmt::format(
-                   "adds {}, which is not special: the tokenizers library cuts such tokens out "
-                   "of the text before BPE, which shardflow does not",
-                   quote_for_message(*content, 40)));
-        }
         add(*content, entry.value("id", Json()), field + ".id");
+        // The tokenizers library cuts added tokens out of the text before
+        // normalizing it; those marked normalized are looked for in the
+        // normalized pieces, and single_word ones only between words.
+        const bool special = optional_bool(entry, "special", field + ".special", false);
+        if (optional_bool(entry, "normalized", field + ".normalized", !special)) {
+          fail(field, fmt::format("adds {} with normalized: true (matched in the normalized text), "
+                                  "which shardflow does not implement; only tokens matched in the "
+                                  "text as written are",
+                                  quote_for_message(*content, 40)));
+        }
+        if (optional_bool(entry, "single_word", field + ".single_word", false)) {
+          fail(field, fmt::format("adds {} with single_word: true (matched only as a whole word), "
+                                  "which shardflow does not implement",
+                                  quote_for_message(*content, 40)));
+        }
+        if (content->empty()) continue;  // never matched, as in the tokenizers library
+        ranked.added_tokens.push_back({*content, entry.at("id").get<int64_t>(),
+                                       optional_bool(entry, "lstrip", field + ".lstrip", false),
+                                       optional_bool(entry, "rstrip", field + ".rstrip", false)});
       }
     }
     for (std::size_t id = 0; id < texts.size(); ++id) {

@@ -105,6 +105,19 @@ Tokenizer::Tokenizer(std::vector<std::string> tokens, const std::vector<Merge>& 
     // A pair listed twice gets its last rank, as in the tokenizers library.
     ranked_merges_.insert_or_assign(pair_key(m.left, m.right), RankedMerge{static_cast<int64_t>(rank), merged});
   }
+  added_tokens_ = std::move(options.added_tokens);
+  added_by_first_byte_.resize(256);
+  for (std::size_t i = 0; i < added_tokens_.size(); ++i) {
+    const AddedToken& added = added_tokens_[i];
+    check_id(added.id, fmt::format("added token {}", quote_for_message(added.content, 40)));
+    if (added.content.empty()) throw Error(fmt::format("added token {} has no text", added.id));
+    added_by_first_byte_[static_cast<unsigned char>(added.content.front())].push_back(i);
+  }
+  for (std::vector<std::size_t>& candidates : added_by_first_byte_) {
+    std::stable_sort(candidates.begin(), candidates.end(), [&](std::size_t a, std::size_t b) {
+      return added_tokens_[a].content.size() > added_tokens_[b].content.size();
+    });
+  }
 }
 
 void Tokenizer::index_tokens() {
@@ -306,40 +319,113 @@ int64_t Tokenizer::lookup(std::string_view text) const {
   return it == ids_.end() ? -1 : it->second;
 }
 
+namespace {
+
+// The length of the Unicode White_Space code point at text[i] (what the
+// tokenizers library's lstrip and rstrip take), or 0.
+std::size_t white_space_at(std::string_view text, std::size_t i) {
+  const auto byte = [&](std::size_t k) { return i + k < text.size() ? static_cast<unsigned char>(text[i + k]) : 0; };
+  const unsigned char b0 = byte(0);
+  if ((b0 >= 0x09 && b0 <= 0x0d) || b0 == ' ') return 1;
+  if (b0 == 0xc2 && (byte(1) == 0x85 || byte(1) == 0xa0)) return 2;  // U+0085, U+00A0
+  if (b0 == 0xe1 && byte(1) == 0x9a && byte(2) == 0x80) return 3;    // U+1680
+  if (b0 == 0xe2 && byte(1) == 0x80) {  // U+2000..U+200A, U+2028, U+2029, U+202F
+    const unsigned char b2 = byte(2);
+    if ((b2 >= 0x80 && b2 <= 0x8a) || b2 == 0xa8 || b2 == 0xa9 || b2 == 0xaf) return 3;
+  }
+  if (b0 == 0xe2 && byte(1) == 0x81 && byte(2) == 0x9f) return 3;  // U+205F
+  if (b0 == 0xe3 && byte(1) == 0x80 && byte(2) == 0x80) return 3;  // U+3000
+  return 0;
+}
+
+// The length of the White_Space code point that ends just before text[end], or 0.
+std::size_t white_space_before(std::string_view text, std::size_t end) {
+  for (std::size_t length = 1; length <= 3 && length <= end; ++length) {
+    if (white_space_at(text, end - length) == length) return length;
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::vector<Tokenizer::AddedMatch> Tokenizer::find_added_tokens(std::string_view text) const {
+  std::vector<AddedMatch> matches;
+  if (added_tokens_.empty()) return matches;
+  std::size_t covered = 0;  // the end of the last match
+  for (std::size_t at = 0; at < text.size();) {
+    const AddedToken* found = nullptr;
+    for (std::size_t index : added_by_first_byte_[static_cast<unsigned char>(text[at])]) {
+      if (text.substr(at).starts_with(added_tokens_[index].content)) {
+        found = &added_tokens_[index];  // the longest that fits: they are in that order
+        break;
+      }
+    }
+    if (found == nullptr) {
+      ++at;
+      continue;
+    }
+    std::size_t begin = at, end = at + found->content.size();
+    if (found->strip_left) {
+      while (begin > covered) {
+        const std::size_t length = white_space_before(text, begin);
+        if (length == 0 || begin - length < covered) break;
+        begin -= length;
+      }
+    }
+    if (found->strip_right) {
+      while (const std::size_t length = white_space_at(text, end)) end += length;
+    }
+    matches.push_back({begin, end, found->id});
+    covered = at = end;
+  }
+  return matches;
+}
+
 std::vector<int64_t> Tokenizer::encode(std::string_view text, bool bos, bool eos) const {
   std::vector<int64_t> ids;
   if (bos) ids.push_back(kBos);
-  if (!text.empty()) {
-    // The vocabulary's "▁" is stored as a space, so with a tokenizer.json
-    // one in the text is too.
-    std::string spaced = ranked_ ? spaces_for_meta_spaces(text) : std::string(text);
-    // The dummy prefix: sentencepiece sees " hello", so the first word gets
-    // the same tokens as a word inside the text.
-    if (dummy_prefix_ == DummyPrefix::kAlways ||
-        (dummy_prefix_ == DummyPrefix::kUnlessLeadingSpace && spaced.front() != ' ')) {
-      spaced.insert(spaced.begin(), ' ');
-    }
-    std::vector<int64_t> pieces;
-    pieces.reserve(spaced.size());
-    for (std::size_t i = 0; i < spaced.size();) {
-      const std::size_t length = utf8_length(spaced, i);
-      const int64_t id = length == 0 ? -1 : lookup(std::string_view(spaced).substr(i, length));
-      if (id >= 0) {
-        pieces.push_back(id);
-      } else {
-        // Byte fallback; an invalid byte is a unit of its own.
-        const std::size_t unit = std::max<std::size_t>(length, 1);
-        for (std::size_t k = 0; k < unit; ++k) {
-          pieces.push_back(kFirstByteToken + static_cast<unsigned char>(spaced[i + k]));
-        }
-      }
-      i += std::max<std::size_t>(length, 1);
-    }
-    merge_pairs(pieces);
-    ids.insert(ids.end(), pieces.begin(), pieces.end());
+  std::size_t done = 0;
+  for (const AddedMatch& match : find_added_tokens(text)) {
+    encode_piece(text.substr(done, match.begin - done), done == 0, ids);
+    ids.push_back(match.id);
+    done = match.end;
   }
+  encode_piece(text.substr(done), done == 0, ids);
   if (eos) ids.push_back(kEos);
   return ids;
+}
+
+void Tokenizer::encode_piece(std::string_view piece, bool at_text_start, std::vector<int64_t>& ids) const {
+  if (piece.empty()) return;
+  // The vocabulary's "▁" is stored as a space, so with a tokenizer.json
+  // one in the text is too.
+  std::string spaced = ranked_ ? spaces_for_meta_spaces(piece) : std::string(piece);
+  // The dummy prefix: sentencepiece sees " hello", so the first word gets
+  // the same tokens as a word inside the text.
+  const bool leading_space = spaced.front() == ' ';
+  if (dummy_prefix_ == DummyPrefix::kAlways ||
+      (dummy_prefix_ == DummyPrefix::kUnlessLeadingSpace && !leading_space) ||
+      (dummy_prefix_ == DummyPrefix::kAtTextStartUnlessLeadingSpace && at_text_start && !leading_space)) {
+    spaced.insert(spaced.begin(), ' ');
+  }
+  std::vector<int64_t> pieces;
+  pieces.reserve(spaced.size());
+  for (std::size_t i = 0; i < spaced.size();) {
+    const std::size_t length = utf8_length(spaced, i);
+    const int64_t id = length == 0 ? -1 : lookup(std::string_view(spaced).substr(i, length));
+    if (id >= 0) {
+      pieces.push_back(id);
+    } else {
+      // Byte fallback; an invalid byte is a unit of its own.
+      const std::size_t unit = std::max<std::size_t>(length, 1);
+      for (std::size_t k = 0; k < unit; ++k) {
+        pieces.push_back(kFirstByteToken + static_cast<unsigned char>(spaced[i + k]));
+      }
+    }
+    i += std::max<std::size_t>(length, 1);
+  }
+  merge_pairs(pieces);
+  ids.insert(ids.end(), pieces.begin(), pieces.end());
 }
 
 namespace {
