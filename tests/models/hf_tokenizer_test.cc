@@ -155,7 +155,7 @@ json added(int64_t id, const std::string& content, bool special = true, bool lst
 }
 
 // kPieces take ids 259..276; these added tokens follow.
-constexpr int64_t kX = 277, kXy = 278, kM = 279;
+constexpr int64_t kX = 277, kXy = 278, kM = 279, kN = 280;
 
 json with_added_tokens(json file) {
   file["added_tokens"].push_back(added(kX, "<x>"));
@@ -202,80 +202,106 @@ TEST(HfTokenizer, AddedTokensAreCutOutOfTheTextBeforeBpe) {
   metaspace["pre_tokenizer"]["prepend_scheme"] = "always";
   EXPECT_EQ(parse(metaspace).encode("hello<s>hello", false, false),
             (std::vector<int64_t>{id("\u2581hello"), 1, id("\u2581hello")}));
-  // Decoding: BOS and EOS are markers; other added tokens print their text.
+  // Decoding: BOS and EOS are markers; other added tokens print their text;
+  // only the text's first space is the dummy prefix.
   EXPECT_EQ(legacy.decode(legacy.encode("hello<x>", true, false)), "hello<x>");
+  EXPECT_EQ(first.decode(first.encode("hello<s> hello", true, false)), "hello hello");
+  // normalized: true (the default of non-special tokens) is looked for in
+  // each piece after the normalizer, in its normalized form: with Prepend,
+  // "▁<n>", so not inside a word.
+  json with_normalized = with_added_tokens(llama_style(kPieces, kMerges));
+  with_normalized["added_tokens"].push_back({{"id", kN}, {"content", "<n>"}, {"special", false}});
+  const Tokenizer normalized = parse(with_normalized);
+  EXPECT_EQ(normalized.encode("he <n>lo", false, false),
+            join({{id("\u2581he"), kN}, {id("l"), id("o")}}));
+  EXPECT_EQ(normalized.encode("<n>lo", false, false), (std::vector<int64_t>{kN, id("l"), id("o")}));
+  const std::vector<int64_t> inside_a_word = normalized.encode("he<n>", false, false);
+  EXPECT_EQ(std::count(inside_a_word.begin(), inside_a_word.end(), kN), 0);
 }
 
 // Random texts of added tokens, white space and letters against a slow
-// splitter: at each position the longest added token, white space taken
-// by lstrip/rstrip, each piece between encoded on its own.
+// splitter: at each position the longest added token matched as written,
+// white space taken by lstrip/rstrip; then each piece between normalized
+// and split at the normalized added token; each part encoded on its own.
 TEST(HfTokenizer, RandomTextsSplitAtAddedTokensAsTheReference) {
-  const std::vector<std::string> fragments = {"<x>", "<x>y", "<m>", " ",  "\u3000", "\n", "h",
-                                              "e",   "l",    "o",   "<",  "x",      ">",   "y"};
+  const std::vector<std::string> fragments = {"<x>", "<x>y", "<m>", "<n>", " ", "\u3000", "\n", "h",
+                                              "e",   "l",    "o",   "<",   "x", ">",      "y"};
   struct Reference {
     std::string content;
     int64_t id;
     bool strip;
   };
-  const std::vector<Reference> contents = {{"<x>y", kXy, false}, {"<x>", kX, false}, {"<m>", kM, true}};
+  const std::vector<Reference> as_written = {{"<x>y", kXy, false}, {"<x>", kX, false}, {"<m>", kM, true}};
   const auto white_at = [](const std::string& t, std::size_t i) -> std::size_t {
     if (t.compare(i, 3, "\u3000") == 0) return 3;
     return i < t.size() && (t[i] == ' ' || t[i] == '\n') ? 1 : 0;
   };
-  for (const char* scheme : {"legacy", "first"}) {
+  // Parts of `text` between the matches of `patterns` (leftmost, longest,
+  // no stripping), each with whether it starts `text`, and the match ids.
+  const auto split = [&](const std::string& text, const std::vector<Reference>& patterns, auto&& part,
+                         auto&& token) {
+    std::size_t part_start = 0, at = 0;
+    while (at < text.size()) {
+      const Reference* hit = nullptr;
+      for (const Reference& r : patterns) {
+        if (text.compare(at, r.content.size(), r.content) == 0) {
+          hit = &r;
+          break;
+        }
+      }
+      if (hit == nullptr) {
+        ++at;
+        continue;
+      }
+      std::size_t begin = at, end = at + hit->content.size();
+      while (hit->strip && begin > part_start) {
+        std::size_t length = 0;
+        for (std::size_t l : {1, 3}) {
+          if (begin >= l && white_at(text, begin - l) == l) length = l;
+        }
+        if (length == 0) break;
+        begin -= length;
+      }
+      while (hit->strip && white_at(text, end) > 0) end += white_at(text, end);
+      if (begin > part_start) part(text.substr(part_start, begin - part_start), part_start == 0);
+      token(hit->id);
+      part_start = at = end;
+    }
+    if (text.size() > part_start) part(text.substr(part_start), part_start == 0);
+  };
+  for (const bool legacy : {true, false}) {
     json file = with_added_tokens(llama_style(kPieces, kMerges));
-    json plain = llama_style(kPieces, kMerges);  // no added tokens beyond 0..2
-    if (std::string(scheme) == "first") {
-      for (json* f : {&file, &plain}) {
+    file["added_tokens"].push_back(added(kN, "<n>", false));
+    file["added_tokens"].back()["normalized"] = true;
+    // Encoders of normalized text: from the text's start, and elsewhere
+    // (legacy: no prefix of their own, the normalizer put it there).
+    json at_start = llama_style(kPieces, kMerges), elsewhere = at_start;
+    if (legacy) {
+      at_start["normalizer"]["normalizers"].erase(0);
+      elsewhere = at_start;
+    } else {
+      for (json* f : {&file, &at_start, &elsewhere}) {
         (*f)["normalizer"] = nullptr;
         (*f)["pre_tokenizer"] = {
             {"type", "Metaspace"}, {"replacement", kMeta}, {"prepend_scheme", "first"}, {"split", true}};
       }
+      elsewhere["pre_tokenizer"]["prepend_scheme"] = "never";
     }
-    json never = plain;
-    if (std::string(scheme) == "first") never["pre_tokenizer"]["prepend_scheme"] = "never";
-    const Tokenizer tokenizer = parse(file), whole = parse(plain), later = parse(never);
+    const std::vector<Reference> normalized = {{legacy ? " <n>" : "<n>", kN, false}};
+    const Tokenizer tokenizer = parse(file), first = parse(at_start), later = parse(elsewhere);
     std::mt19937 rng(11);
-    for (int round = 0; round < 300; ++round) {
+    for (int round = 0; round < 400; ++round) {
       std::string text;
       for (int n = static_cast<int>(rng() % 12); n-- > 0;) text += fragments[rng() % fragments.size()];
       std::vector<int64_t> want;
-      std::size_t piece_start = 0, at = 0;
-      const auto flush = [&](std::size_t end) {
-        if (end > piece_start) {
-          const std::string piece = text.substr(piece_start, end - piece_start);
-          const std::vector<int64_t> ids = (piece_start == 0 ? whole : later).encode(piece, false, false);
+      const auto token = [&](int64_t id) { want.push_back(id); };
+      split(text, as_written, [&](const std::string& piece, bool piece_starts) {
+        split((legacy ? " " : "") + piece, normalized, [&](const std::string& part, bool part_starts) {
+          const auto ids = (piece_starts && part_starts ? first : later).encode(part, false, false);
           want.insert(want.end(), ids.begin(), ids.end());
-        }
-      };
-      while (at < text.size()) {
-        const Reference* hit = nullptr;
-        for (const Reference& r : contents) {
-          if (text.compare(at, r.content.size(), r.content) == 0) {
-            hit = &r;
-            break;
-          }
-        }
-        if (hit == nullptr) {
-          ++at;
-          continue;
-        }
-        std::size_t begin = at, end = at + hit->content.size();
-        while (hit->strip && begin > piece_start) {
-          std::size_t length = 0;
-          for (std::size_t l : {1, 3}) {
-            if (begin >= l && white_at(text, begin - l) == l) length = l;
-          }
-          if (length == 0) break;
-          begin -= length;
-        }
-        while (hit->strip && white_at(text, end) > 0) end += white_at(text, end);
-        flush(begin);
-        want.push_back(hit->id);
-        piece_start = at = end;
-      }
-      flush(text.size());
-      ASSERT_EQ(tokenizer.encode(text, false, false), want) << scheme << ": " << text;
+        }, token);
+      }, token);
+      ASSERT_EQ(tokenizer.encode(text, false, false), want) << (legacy ? "legacy" : "first") << ": " << text;
     }
   }
 }
@@ -475,19 +501,14 @@ TEST(HfTokenizer, UnsupportedOrInconsistentFilesNameTheField) {
       {[](json& j) { j["model"]["vocab"]["a b"] = 277; },
        "model.vocab[\"a b\"] holds a plain space"},
       {[](json& j) {
-         j["added_tokens"].push_back({{"id", 277}, {"content", "hi"}, {"special", false}});
-       },
-       "added_tokens[3] adds \"hi\" with normalized: true"},  // tokenizers' default for non-special
-      {[](json& j) {
-         j["added_tokens"].push_back(
-             {{"id", 277}, {"content", "<x>"}, {"special", true}, {"normalized", true}});
-       },
-       "added_tokens[3] adds \"<x>\" with normalized: true"},
-      {[](json& j) {
          j["added_tokens"].push_back(
              {{"id", 277}, {"content", "<x>"}, {"special", true}, {"single_word", true}});
        },
-       "added_tokens[3] adds \"<x>\" with single_word: true"},
+       "added_tokens[3].single_word is true for \"<x>\" (matched only as a whole word)"},
+      {[](json& j) {
+         j["added_tokens"].push_back({{"id", 277}, {"content", "<x>"}, {"normalized", 1}});
+       },
+       "added_tokens[3].normalized is an integer, expected true or false"},
       {[](json& j) {
          j["added_tokens"].push_back({{"id", 277}, {"content", "<x>"}, {"special", true}, {"lstrip", "yes"}});
        },

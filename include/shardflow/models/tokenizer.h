@@ -53,8 +53,7 @@ class Tokenizer {
   // BPE tokenizer of this family: byte fallback, ids 0..2 <unk>, <s>, </s>,
   // spaces as "▁", no normalizer or pre-tokenizer beyond prepending and
   // replacing "▁" (byte-level BPE such as LLaMA 3's is not supported), and
-  // added tokens matched in the text as written (not normalized: true or
-  // single_word: true).
+  // added tokens that may match inside words (not single_word: true).
   static Tokenizer load_hf(const std::filesystem::path& path, int64_t vocab_size);
   static Tokenizer parse_hf(std::string_view json, int64_t vocab_size, const std::string& source_name);
   // A directory's tokenizer.json, a file named *.json, or else a tokenizer.bin
@@ -87,14 +86,17 @@ class Tokenizer {
     kAtTextStartUnlessLeadingSpace,
   };
   // A token that is cut out of the text before BPE wherever its content
-  // appears (tokenizers' added tokens that match the text as written,
-  // normalized: false): <s>, </s>, chat markers. Of overlapping ones the
-  // leftmost wins, then the longest.
+  // appears (tokenizers' added tokens): <s>, </s>, chat markers. Of
+  // overlapping ones the leftmost wins, then the longest. Those matched as
+  // written are cut out first; the pieces left are then normalized (the
+  // Prepend normalizer's "▁", for kAlways) and searched for the normalized
+  // ones, whose content is normalized the same way.
   struct AddedToken {
     std::string content;
     int64_t id = 0;
     bool strip_left = false;   // also takes the white space before it (lstrip)
     bool strip_right = false;  // and after it (rstrip)
+    bool normalized = false;   // matched in the normalized text
   };
   struct RankedOptions {
     DummyPrefix dummy_prefix = DummyPrefix::kAlways;
@@ -139,7 +141,9 @@ class Tokenizer {
   // A whole sequence. The start of the sequence counts as after BOS, so
   // decode(encode(text, bos, eos)) == text whatever bos and eos are, for
   // text without added tokens (BOS and EOS written in the text print nothing,
-  // and a dummy prefix may space the piece after one).
+  // and a dummy prefix may space the piece after one). A tokenizer.json
+  // tokenizer drops the dummy prefix only at the start of the sequence, as
+  // its decoder does; llama2.c's after every BOS.
   std::string decode(std::span<const int64_t> tokens) const;
 
  private:
@@ -166,14 +170,27 @@ class Tokenizer {
   // The id of the token with exactly this text that merges may produce, or -1.
   int64_t lookup(std::string_view text) const;
   void merge_pairs(std::vector<int64_t>& ids) const;
-  // Appends the ids of a piece of text without added tokens.
+  // Appends the ids of a piece of text between added tokens matched as
+  // written; `at_text_start`: it starts the text.
   void encode_piece(std::string_view piece, bool at_text_start, std::vector<int64_t>& ids) const;
-  // Where the added tokens are in `text`: [begin, end) and id, in order.
+  // Appends the BPE ids of normalized text (spaces stored as spaces).
+  void encode_normalized(std::string text, bool at_text_start, std::vector<int64_t>& ids) const;
+
+  // Added tokens to look for in a text: where each is, leftmost then longest.
   struct AddedMatch {
     std::size_t begin, end;
     int64_t id;
   };
-  std::vector<AddedMatch> find_added_tokens(std::string_view text) const;
+  class AddedTokenSet {
+   public:
+    void add(AddedToken token);
+    std::vector<AddedMatch> find(std::string_view text) const;
+
+   private:
+    std::vector<AddedToken> tokens_;
+    // Per first byte: indices into tokens_, the longest content first.
+    std::unordered_map<unsigned char, std::vector<std::size_t>> by_first_byte_;
+  };
 
   std::vector<std::string> tokens_;
   std::vector<float> scores_;
@@ -185,9 +202,7 @@ class Tokenizer {
   std::unordered_map<uint64_t, RankedMerge> ranked_merges_;
   DummyPrefix dummy_prefix_ = DummyPrefix::kAlways;
   bool split_at_spaces_ = false;
-  std::vector<AddedToken> added_tokens_;
-  // Per first byte: indices into added_tokens_, the longest content first.
-  std::vector<std::vector<std::size_t>> added_by_first_byte_;
+  AddedTokenSet added_as_written_, added_normalized_;
 };
 
 }  // namespace shardflow::llama

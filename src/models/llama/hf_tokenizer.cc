@@ -190,7 +190,7 @@ class TokenizerJson {
     // Ids of the vocabulary and the added tokens, by their text as written.
     std::vector<std::optional<std::string>> texts;
     std::unordered_map<std::string, int64_t> ids;
-    const auto add = [&](const std::string& text, const Json& id_value, const std::string& field) {
+    const auto add = [&](const std::string& text, const Json& id_value, const std::string& field) -> int64_t {
       if (!id_value.is_number_integer())
         fail(field, fmt::format("is {}, expected an integer id", describe(id_value)));
       const auto id = id_value.get<int64_t>();
@@ -207,6 +207,7 @@ class TokenizerJson {
       }
       slot = text;
       ids.try_emplace(text, id);
+      return id;
     };
     const Json& vocab = object(model, "vocab", "model.vocab");
     for (const auto& [text, id] : vocab.items()) {
@@ -226,26 +227,22 @@ class TokenizerJson {
           fail(field, fmt::format("is {}, expected an object", describe(entry)));
         const auto content = optional_string(entry, "content", field + ".content");
         if (!content) fail(field + ".content", "is missing");
-        add(*content, entry.value("id", Json()), field + ".id");
+        const int64_t id = add(*content, entry.value("id", Json()), field + ".id");
         // The tokenizers library cuts added tokens out of the text before
-        // normalizing it; those marked normalized are looked for in the
-        // normalized pieces, and single_word ones only between words.
-        const bool special = optional_bool(entry, "special", field + ".special", false);
-        if (optional_bool(entry, "normalized", field + ".normalized", !special)) {
-          fail(field, fmt::format("adds {} with normalized: true (matched in the normalized text), "
-                                  "which shardflow does not implement; only tokens matched in the "
-                                  "text as written are",
-                                  quote_for_message(*content, 40)));
-        }
+        // BPE; single_word ones only where they stand between words.
         if (optional_bool(entry, "single_word", field + ".single_word", false)) {
-          fail(field, fmt::format("adds {} with single_word: true (matched only as a whole word), "
-                                  "which shardflow does not implement",
-                                  quote_for_message(*content, 40)));
+          fail(field + ".single_word",
+               fmt::format("is true for {} (matched only as a whole word), which shardflow does "
+                           "not implement",
+                           quote_for_message(*content, 40)));
         }
-        if (content->empty()) continue;  // never matched, as in the tokenizers library
-        ranked.added_tokens.push_back({*content, entry.at("id").get<int64_t>(),
-                                       optional_bool(entry, "lstrip", field + ".lstrip", false),
-                                       optional_bool(entry, "rstrip", field + ".rstrip", false)});
+        if (content->empty()) continue;  // a token no text matches, as in the tokenizers library
+        const bool special = optional_bool(entry, "special", field + ".special", false);
+        ranked.added_tokens.push_back(
+            {*content, id, optional_bool(entry, "lstrip", field + ".lstrip", false),
+             optional_bool(entry, "rstrip", field + ".rstrip", false),
+             // Absent, the library's default: special tokens as written.
+             optional_bool(entry, "normalized", field + ".normalized", !special)});
       }
     }
     for (std::size_t id = 0; id < texts.size(); ++id) {

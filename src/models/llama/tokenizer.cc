@@ -105,18 +105,18 @@ Tokenizer::Tokenizer(std::vector<std::string> tokens, const std::vector<Merge>& 
     // A pair listed twice gets its last rank, as in the tokenizers library.
     ranked_merges_.insert_or_assign(pair_key(m.left, m.right), RankedMerge{static_cast<int64_t>(rank), merged});
   }
-  added_tokens_ = std::move(options.added_tokens);
-  added_by_first_byte_.resize(256);
-  for (std::size_t i = 0; i < added_tokens_.size(); ++i) {
-    const AddedToken& added = added_tokens_[i];
+  for (AddedToken& added : options.added_tokens) {
     check_id(added.id, fmt::format("added token {}", quote_for_message(added.content, 40)));
     if (added.content.empty()) throw Error(fmt::format("added token {} has no text", added.id));
-    added_by_first_byte_[static_cast<unsigned char>(added.content.front())].push_back(i);
-  }
-  for (std::vector<std::size_t>& candidates : added_by_first_byte_) {
-    std::stable_sort(candidates.begin(), candidates.end(), [&](std::size_t a, std::size_t b) {
-      return added_tokens_[a].content.size() > added_tokens_[b].content.size();
-    });
+    if (!added.normalized) {
+      added_as_written_.add(std::move(added));
+      continue;
+    }
+    // Looked for in normalized text, so normalized as that is: spaces
+    // stored as spaces, and the Prepend normalizer's prefix.
+    added.content = spaces_for_meta_spaces(added.content);
+    if (dummy_prefix_ == DummyPrefix::kAlways) added.content.insert(added.content.begin(), ' ');
+    added_normalized_.add(std::move(added));
   }
 }
 
@@ -321,21 +321,23 @@ int64_t Tokenizer::lookup(std::string_view text) const {
 
 namespace {
 
-// The length of the Unicode White_Space code point at text[i] (what the
-// tokenizers library's lstrip and rstrip take), or 0.
+// Unicode's White_Space code points: what the tokenizers library's lstrip
+// and rstrip take (its regex \s).
+bool is_white_space(char32_t c) {
+  return (c >= 0x09 && c <= 0x0d) || c == 0x20 || c == 0x85 || c == 0xa0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f || c == 0x205f ||
+         c == 0x3000;
+}
+
+// The length of the White_Space code point at text[i], or 0.
 std::size_t white_space_at(std::string_view text, std::size_t i) {
-  const auto byte = [&](std::size_t k) { return i + k < text.size() ? static_cast<unsigned char>(text[i + k]) : 0; };
-  const unsigned char b0 = byte(0);
-  if ((b0 >= 0x09 && b0 <= 0x0d) || b0 == ' ') return 1;
-  if (b0 == 0xc2 && (byte(1) == 0x85 || byte(1) == 0xa0)) return 2;  // U+0085, U+00A0
-  if (b0 == 0xe1 && byte(1) == 0x9a && byte(2) == 0x80) return 3;    // U+1680
-  if (b0 == 0xe2 && byte(1) == 0x80) {  // U+2000..U+200A, U+2028, U+2029, U+202F
-    const unsigned char b2 = byte(2);
-    if ((b2 >= 0x80 && b2 <= 0x8a) || b2 == 0xa8 || b2 == 0xa9 || b2 == 0xaf) return 3;
-  }
-  if (b0 == 0xe2 && byte(1) == 0x81 && byte(2) == 0x9f) return 3;  // U+205F
-  if (b0 == 0xe3 && byte(1) == 0x80 && byte(2) == 0x80) return 3;  // U+3000
-  return 0;
+  if (i >= text.size()) return 0;
+  const std::size_t length = utf8_length(text, i);
+  if (length == 0) return 0;
+  // The lead byte's payload bits, then six from each continuation byte.
+  char32_t c = static_cast<unsigned char>(text[i]) & (length == 1 ? 0x7f : 0xff >> (length + 1));
+  for (std::size_t k = 1; k < length; ++k) c = c << 6 | (static_cast<unsigned char>(text[i + k]) & 0x3f);
+  return is_white_space(c) ? length : 0;
 }
 
 // The length of the White_Space code point that ends just before text[end], or 0.
@@ -348,16 +350,28 @@ std::size_t white_space_before(std::string_view text, std::size_t end) {
 
 }  // namespace
 
-std::vector<Tokenizer::AddedMatch> Tokenizer::find_added_tokens(std::string_view text) const {
+void Tokenizer::AddedTokenSet::add(AddedToken token) {
+  std::vector<std::size_t>& candidates = by_first_byte_[static_cast<unsigned char>(token.content.front())];
+  tokens_.push_back(std::move(token));
+  candidates.push_back(tokens_.size() - 1);
+  std::stable_sort(candidates.begin(), candidates.end(), [&](std::size_t a, std::size_t b) {
+    return tokens_[a].content.size() > tokens_[b].content.size();
+  });
+}
+
+std::vector<Tokenizer::AddedMatch> Tokenizer::AddedTokenSet::find(std::string_view text) const {
   std::vector<AddedMatch> matches;
-  if (added_tokens_.empty()) return matches;
+  if (tokens_.empty()) return matches;
   std::size_t covered = 0;  // the end of the last match
   for (std::size_t at = 0; at < text.size();) {
+    const auto candidates = by_first_byte_.find(static_cast<unsigned char>(text[at]));
     const AddedToken* found = nullptr;
-    for (std::size_t index : added_by_first_byte_[static_cast<unsigned char>(text[at])]) {
-      if (text.substr(at).starts_with(added_tokens_[index].content)) {
-        found = &added_tokens_[index];  // the longest that fits: they are in that order
-        break;
+    if (candidates != by_first_byte_.end()) {
+      for (std::size_t index : candidates->second) {
+        if (text.substr(at).starts_with(tokens_[index].content)) {
+          found = &tokens_[index];  // the longest that fits: they are in that order
+          break;
+        }
       }
     }
     if (found == nullptr) {
@@ -372,6 +386,9 @@ std::vector<Tokenizer::AddedMatch> Tokenizer::find_added_tokens(std::string_view
         begin -= length;
       }
     }
+    // The library resumes its search at the end of the content, not of the
+    // white space rstrip took: a token that starts with white space could
+    // still match there. Here the search resumes after it.
     if (found->strip_right) {
       while (const std::size_t length = white_space_at(text, end)) end += length;
     }
@@ -385,7 +402,7 @@ std::vector<int64_t> Tokenizer::encode(std::string_view text, bool bos, bool eos
   std::vector<int64_t> ids;
   if (bos) ids.push_back(kBos);
   std::size_t done = 0;
-  for (const AddedMatch& match : find_added_tokens(text)) {
+  for (const AddedMatch& match : added_as_written_.find(text)) {
     encode_piece(text.substr(done, match.begin - done), done == 0, ids);
     ids.push_back(match.id);
     done = match.end;
@@ -397,35 +414,47 @@ std::vector<int64_t> Tokenizer::encode(std::string_view text, bool bos, bool eos
 
 void Tokenizer::encode_piece(std::string_view piece, bool at_text_start, std::vector<int64_t>& ids) const {
   if (piece.empty()) return;
-  // The vocabulary's "▁" is stored as a space, so with a tokenizer.json
-  // one in the text is too.
+  // Normalizing: the vocabulary's "▁" is stored as a space, so with a
+  // tokenizer.json one in the text is too; the Prepend normalizer's dummy
+  // prefix (kAlways) comes before the normalized added tokens are looked for.
   std::string spaced = ranked_ ? spaces_for_meta_spaces(piece) : std::string(piece);
-  // The dummy prefix: sentencepiece sees " hello", so the first word gets
-  // the same tokens as a word inside the text.
-  const bool leading_space = spaced.front() == ' ';
-  if (dummy_prefix_ == DummyPrefix::kAlways ||
-      (dummy_prefix_ == DummyPrefix::kUnlessLeadingSpace && !leading_space) ||
-      (dummy_prefix_ == DummyPrefix::kAtTextStartUnlessLeadingSpace && at_text_start && !leading_space)) {
-    spaced.insert(spaced.begin(), ' ');
+  if (dummy_prefix_ == DummyPrefix::kAlways) spaced.insert(spaced.begin(), ' ');
+  std::size_t done = 0;
+  for (const AddedMatch& match : added_normalized_.find(spaced)) {
+    encode_normalized(spaced.substr(done, match.begin - done), at_text_start && done == 0, ids);
+    ids.push_back(match.id);
+    done = match.end;
   }
-  std::vector<int64_t> pieces;
-  pieces.reserve(spaced.size());
-  for (std::size_t i = 0; i < spaced.size();) {
-    const std::size_t length = utf8_length(spaced, i);
-    const int64_t id = length == 0 ? -1 : lookup(std::string_view(spaced).substr(i, length));
+  encode_normalized(spaced.substr(done), at_text_start && done == 0, ids);
+}
+
+void Tokenizer::encode_normalized(std::string text, bool at_text_start, std::vector<int64_t>& ids) const {
+  if (text.empty()) return;
+  // The pre-tokenizer's dummy prefix: sentencepiece sees " hello", so the
+  // first word gets the same tokens as a word inside the text.
+  const bool leading_space = text.front() == ' ';
+  if ((dummy_prefix_ == DummyPrefix::kUnlessLeadingSpace && !leading_space) ||
+      (dummy_prefix_ == DummyPrefix::kAtTextStartUnlessLeadingSpace && at_text_start && !leading_space)) {
+    text.insert(text.begin(), ' ');
+  }
+  std::vector<int64_t> piece_ids;
+  piece_ids.reserve(text.size());
+  for (std::size_t i = 0; i < text.size();) {
+    const std::size_t length = utf8_length(text, i);
+    const int64_t id = length == 0 ? -1 : lookup(std::string_view(text).substr(i, length));
     if (id >= 0) {
-      pieces.push_back(id);
+      piece_ids.push_back(id);
     } else {
       // Byte fallback; an invalid byte is a unit of its own.
       const std::size_t unit = std::max<std::size_t>(length, 1);
       for (std::size_t k = 0; k < unit; ++k) {
-        pieces.push_back(kFirstByteToken + static_cast<unsigned char>(spaced[i + k]));
+        piece_ids.push_back(kFirstByteToken + static_cast<unsigned char>(text[i + k]));
       }
     }
     i += std::max<std::size_t>(length, 1);
   }
-  merge_pairs(pieces);
-  ids.insert(ids.end(), pieces.begin(), pieces.end());
+  merge_pairs(piece_ids);
+  ids.insert(ids.end(), piece_ids.begin(), piece_ids.end());
 }
 
 namespace {
@@ -524,8 +553,11 @@ std::string Tokenizer::decode(int64_t previous, int64_t token) const {
 std::string Tokenizer::decode(std::span<const int64_t> tokens) const {
   std::string text;
   int64_t previous = kBos;  // text starts as if after BOS, whether or not BOS is there
+  bool at_start = true;     // only BOS so far
   for (const int64_t token : tokens) {
-    text += decode(previous, token);
+    // A tokenizer.json's decoder strips the first space of the text only.
+    text += decode(ranked_ && !at_start && previous == kBos ? -1 : previous, token);
+    at_start = at_start && token == kBos;
     previous = token;
   }
   return text;
