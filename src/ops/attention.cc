@@ -114,6 +114,12 @@ Shape result_shape(const AttentionShapes& s) {
 using Floats8 = float __attribute__((vector_size(32)));
 constexpr int64_t kLanes = 8;
 
+// Without AVX GCC notes that passing such vectors by value has another ABI;
+// every function that does is internal to this file (up to the end of
+// attention_kernel), so no caller can disagree.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
+
 Floats8 load8(const float* p) {
   Floats8 v;
   std::memcpy(&v, p, sizeof v);
@@ -217,7 +223,8 @@ DenseTensor attention_kernel(const OpArgs& args, std::span<const DenseTensor> in
   // One query row of one batch entry; rows are independent, so they split
   // over the kernel threads with the same bits for any split.
   const auto attend_rows = [&](int64_t row_begin, int64_t row_end) {
-    std::vector<float> weights(static_cast<std::size_t>(s.keys)), biases;
+    // Per visible key: its score, then exp(score - top), then its softmax weight.
+    std::vector<float> p(static_cast<std::size_t>(s.keys)), biases;
     if (mask != nullptr && mask->dtype() == DType::kF32) biases.resize(static_cast<std::size_t>(s.keys));
     std::vector<int64_t> seen(static_cast<std::size_t>(s.keys));
     for (int64_t row = row_begin; row < row_end; ++row) {
@@ -266,6 +273,7 @@ DenseTensor attention_kernel(const OpArgs& args, std::span<const DenseTensor> in
       // Scores, a block of keys at a time; the value rows are requested
       // here too, for the weighted sum after.
       const auto key_row = [&](int64_t i) { return kb + seen[static_cast<std::size_t>(i)] * s.depth; };
+      for (int64_t j = 0; j < std::min(kKeyBlock, count); ++j) prefetch_row(key_row(j), s.depth);
       int64_t i = 0;
       for (; i + kKeyBlock <= count; i += kKeyBlock) {
         const float* rows[kKeyBlock];
@@ -274,31 +282,31 @@ DenseTensor attention_kernel(const OpArgs& args, std::span<const DenseTensor> in
           if (i + kKeyBlock + j < count) prefetch_row(key_row(i + kKeyBlock + j), s.depth);
           prefetch_row(vb + seen[static_cast<std::size_t>(i + j)] * s.value_depth, s.value_depth);
         }
-        dot_rows<kKeyBlock>(qrow, rows, s.depth, weights.data() + i);
+        dot_rows<kKeyBlock>(qrow, rows, s.depth, p.data() + i);
       }
       for (; i < count; ++i) {
         const float* key = key_row(i);
         prefetch_row(vb + seen[static_cast<std::size_t>(i)] * s.value_depth, s.value_depth);
-        dot_rows<1>(qrow, &key, s.depth, weights.data() + i);
+        dot_rows<1>(qrow, &key, s.depth, p.data() + i);
       }
       float top = -std::numeric_limits<float>::infinity();
       for (int64_t j = 0; j < count; ++j) {
-        float& score = weights[static_cast<std::size_t>(j)];
+        float& score = p[static_cast<std::size_t>(j)];
         score = static_cast<float>(score * scale) + (biases.empty() ? 0.0f : biases[static_cast<std::size_t>(j)]);
         top = std::max(top, score);
       }
       // Softmax: exp_approx vectorises; the sum runs as eight lanes, then
       // the lanes and the last few, in a fixed order.
       for (int64_t j = 0; j < count; ++j) {
-        weights[static_cast<std::size_t>(j)] = exp_approx(weights[static_cast<std::size_t>(j)] - top);
+        p[static_cast<std::size_t>(j)] = exp_approx(p[static_cast<std::size_t>(j)] - top);
       }
       Floats8 lanes{};
       int64_t j = 0;
-      for (; j + kLanes <= count; j += kLanes) lanes += load8(weights.data() + j);
+      for (; j + kLanes <= count; j += kLanes) lanes += load8(p.data() + j);
       float total = lane_sum(lanes);
-      for (; j < count; ++j) total += weights[static_cast<std::size_t>(j)];
-      for (j = 0; j < count; ++j) weights[static_cast<std::size_t>(j)] /= total;
-      weighted_sum(weights.data(), seen.data(), count, vb, s.value_depth, orow);
+      for (; j < count; ++j) total += p[static_cast<std::size_t>(j)];
+      for (j = 0; j < count; ++j) p[static_cast<std::size_t>(j)] /= total;
+      weighted_sum(p.data(), seen.data(), count, vb, s.value_depth, orow);
     }
   };
   // A part should read some tens of KiB of keys and values to pay for a thread.
@@ -306,6 +314,7 @@ DenseTensor attention_kernel(const OpArgs& args, std::span<const DenseTensor> in
   parallel_for(batches * s.queries, std::max<int64_t>(1, (64 << 10) / row_bytes), 1, attend_rows);
   return out;
 }
+#pragma GCC diagnostic pop
 
 // Batch dims and the query rows pass through; the keys (S) and the depth
 // (E) are needed whole: softmax normalises over all keys, so partial sums

@@ -115,6 +115,7 @@ TEST(AttentionOps, MatchesSoftmaxOfScoresTimesValues) {
       {{3}, 1, 40, 64, 64, {1, 40}, true, false, std::nullopt},      // a decode step
       {{}, 2, 3, 1, 1, {2, 3}, true, false, 2.0},                    // no batch dims
       {{2}, 3, 37, 72, 100, {3, 37}, false, false, std::nullopt},    // wide rows: vector blocks and tails
+      {{2}, 2, 40, 20, 12, {2, 40}, true, false, std::nullopt},      // key blocks of a depth with a tail
       {{1, 6}, 1, 300, 48, 48, {1, 300}, true, false, std::nullopt},  // stories15M's heads, many key blocks
   };
   std::mt19937 rng(3);
