@@ -67,9 +67,13 @@ DenseTensor filled(DType dtype, const Shape& shape, double value) {
 
 class DeviceRun {
  public:
-  DeviceRun(const PartitionedProgram& program, int64_t device, Communicator& comm, OpProfile* profile)
-      : program_(program), mesh_(*program.mesh), device_(device), comm_(comm), profile_(profile),
+  // `timed`: time each instruction, for times().
+  DeviceRun(const PartitionedProgram& program, int64_t device, Communicator& comm, bool timed)
+      : program_(program), mesh_(*program.mesh), device_(device), comm_(comm), timed_(timed),
         coords_(mesh_.coords_of(device)), slots_(program.slots.size()) {}
+
+  // Per op kind: the calls and seconds of this run (when timed).
+  const std::vector<OpProfile::Entry>& times() const { return times_.totals(); }
 
   std::vector<DenseTensor>& slots() { return slots_; }
 
@@ -84,54 +88,52 @@ class DeviceRun {
     }
     for (int slot : program_.output_slots) last_reader_[static_cast<std::size_t>(slot)] = -1;
     using Clock = std::chrono::steady_clock;
-    RunTimes times;
     for (std::size_t i = 0; i < instructions.size(); ++i) {
       const Instruction& instruction = instructions[i];
       current_ = static_cast<int64_t>(i);
-      const Clock::time_point start = profile_ ? Clock::now() : Clock::time_point();
+      const Clock::time_point start = timed_ ? Clock::now() : Clock::time_point();
       switch (instruction.kind) {
         case InstructionKind::kCompute: compute(instruction); break;
         case InstructionKind::kCollective: collective(instruction); break;
         case InstructionKind::kLocalSlice: local_slice(instruction); break;
         case InstructionKind::kMaskPadding: mask(instruction); break;
       }
-      if (profile_) times.add(profile_key(instruction), std::chrono::duration<double>(Clock::now() - start).count(),
-                              [&] { return profile_name(instruction); });
+      if (timed_) {
+        times_.add(profile_key(instruction), std::chrono::duration<double>(Clock::now() - start).count(),
+                   [&] { return profile_name(instruction); });
+      }
       for (int slot : instruction.inputs) {
         if (last_reader_[static_cast<std::size_t>(slot)] == static_cast<int64_t>(i)) {
           slots_[static_cast<std::size_t>(slot)] = DenseTensor();
         }
       }
     }
-    if (profile_) profile_->add_run(device_, times.totals());
   }
 
  private:
-  // What an instruction is timed as: its op, its collective's kind, or the
-  // partitioner step.
+  // What an instruction is timed as: its op, or else its kind (each
+  // collective kind apart): a key to count it under, and the name shown.
   const void* profile_key(const Instruction& instruction) const {
+    static constexpr char kCollectiveKinds[8] = {}, kInstructionKinds[8] = {};  // one address each
     switch (instruction.kind) {
       case InstructionKind::kCompute: return instruction.op;
-      case InstructionKind::kCollective: return to_string(collective_kind(instruction)).data();
-      case InstructionKind::kLocalSlice: return kLocalSliceName;
-      case InstructionKind::kMaskPadding: return kMaskPaddingName;
+      case InstructionKind::kCollective:
+        return &kCollectiveKinds[static_cast<std::size_t>(collective_kind(instruction))];
+      default: return &kInstructionKinds[static_cast<std::size_t>(instruction.kind)];
     }
-    return nullptr;
   }
   std::string profile_name(const Instruction& instruction) const {
     switch (instruction.kind) {
       case InstructionKind::kCompute: return instruction.op->full_name();
       case InstructionKind::kCollective: return std::string(to_string(collective_kind(instruction)));
-      case InstructionKind::kLocalSlice: return kLocalSliceName;
-      case InstructionKind::kMaskPadding: return kMaskPaddingName;
+      case InstructionKind::kLocalSlice: return "local-slice";
+      case InstructionKind::kMaskPadding: return "mask-padding";
     }
     return "?";
   }
   CollectiveKind collective_kind(const Instruction& instruction) const {
     return program_.collectives[static_cast<std::size_t>(instruction.collective)].kind;
   }
-  static constexpr const char* kLocalSliceName = "local-slice";
-  static constexpr const char* kMaskPaddingName = "mask-padding";
 
   const DenseTensor& in(const Instruction& instruction, std::size_t i = 0) const {
     return slots_[static_cast<std::size_t>(instruction.inputs[i])];
@@ -328,7 +330,8 @@ class DeviceRun {
   const Mesh& mesh_;
   int64_t device_;
   Communicator& comm_;
-  OpProfile* profile_;
+  bool timed_;
+  detail::RunTimes times_;
   std::vector<int64_t> coords_;
   std::vector<DenseTensor> slots_;
   std::vector<int64_t> last_reader_;  // per slot: the last instruction reading it (-1: kept)
@@ -407,10 +410,12 @@ std::vector<Tensor> run_program(const PartitionedProgram& program, int64_t num_d
   // runtime runs only this process's devices).
   std::vector<std::vector<DenseTensor>> outputs(static_cast<std::size_t>(mesh.size()));
   std::vector<char> ran(static_cast<std::size_t>(mesh.size()), 0);
+  // Per device: its op times, added to the profile once every device is done.
+  std::vector<std::vector<OpProfile::Entry>> times(profile ? static_cast<std::size_t>(mesh.size()) : 0);
   const DeviceProgram device_program = [&](int64_t device, Communicator& comm) {
     if (device >= mesh.size()) return;
     const DeviceMemoryScope memory_scope(device);
-    DeviceRun run(program, device, comm, profile);
+    DeviceRun run(program, device, comm, profile != nullptr);
     for (std::size_t i = 0; i < feeds.size(); ++i) {
       const TensorType& type = program.slots[static_cast<std::size_t>(program.input_slots[i])];
       DenseTensor local;
@@ -427,6 +432,7 @@ std::vector<Tensor> run_program(const PartitionedProgram& program, int64_t num_d
     for (int slot : program.output_slots) {
       outputs[static_cast<std::size_t>(device)].push_back(run.slots()[static_cast<std::size_t>(slot)]);
     }
+    if (profile) times[static_cast<std::size_t>(device)] = run.times();
     ran[static_cast<std::size_t>(device)] = 1;
   };
   if (mesh.size() == 1) {
@@ -436,6 +442,9 @@ std::vector<Tensor> run_program(const PartitionedProgram& program, int64_t num_d
     device_program(0, no_collectives);
   } else {
     run_on_devices(device_program);
+  }
+  for (std::size_t device = 0; device < times.size(); ++device) {
+    if (ran[device]) profile->add_run(static_cast<int64_t>(device), times[device]);
   }
   const auto first_ran = std::find(ran.begin(), ran.end(), 1);
   std::vector<Tensor> results;

@@ -62,7 +62,7 @@ std::vector<DenseTensor> GraphInterpreter::run(std::vector<DenseTensor> inputs, 
     slots[i] = std::move(inputs[i]);
   }
   std::vector<DenseTensor> operands;
-  RunTimes times;
+  detail::RunTimes times;
   for (const Step& step : steps_) {
     operands.clear();
     for (std::size_t k = 0; k < step.inputs.size(); ++k) {

@@ -15,10 +15,10 @@ void OpProfile::add_run(int64_t device, const std::vector<Entry>& ops) {
   }
 }
 
-void OpProfile::add_call(double seconds) {
+void OpProfile::add_function_call(double seconds) {
   const std::lock_guard lock(mutex_);
-  ++calls_;
-  call_seconds_ += seconds;
+  ++function_calls_;
+  function_seconds_ += seconds;
 }
 
 std::vector<int64_t> OpProfile::devices() const {
@@ -38,21 +38,21 @@ std::vector<OpProfile::Entry> OpProfile::entries(int64_t device) const {
   return out;
 }
 
-int64_t OpProfile::calls() const {
+int64_t OpProfile::function_calls() const {
   const std::lock_guard lock(mutex_);
-  return calls_;
+  return function_calls_;
 }
 
-double OpProfile::call_seconds() const {
+double OpProfile::function_seconds() const {
   const std::lock_guard lock(mutex_);
-  return call_seconds_;
+  return function_seconds_;
 }
 
 void OpProfile::clear() {
   const std::lock_guard lock(mutex_);
   by_device_.clear();
-  calls_ = 0;
-  call_seconds_ = 0;
+  function_calls_ = 0;
+  function_seconds_ = 0;
 }
 
 }  // namespace shardflow

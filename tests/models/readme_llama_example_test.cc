@@ -32,7 +32,7 @@ TEST(ReadmeExample, LlamaGeneration) {
   model.set_profiles(nullptr, decode_profile);
   options.steps = 3;  // one prefill, two decode steps
   llama::generate(model, {{1, 450, 4996}, {1, 450, 4996}, {1, 9038, 2501}, {1, 29871, 13}}, options);
-  EXPECT_EQ(decode_profile->calls(), 2);
+  EXPECT_EQ(decode_profile->function_calls(), 2);
   EXPECT_EQ(decode_profile->devices().size(), 8u);
   std::map<std::string, int64_t> per_kind;  // each collective of the program, twice
   for (const sf::ProgramCollective& c : model.decode_collectives()) per_kind[c.kind] += 2;

@@ -59,7 +59,7 @@ TEST(SpmdCompile, ProfileHasEveryDeviceItsOpsAndItsCollectives) {
   const sf::Tensor x = sf::randn({8, 16}, 1);
   mlp(x);
   mlp(x);
-  EXPECT_EQ(profile->calls(), 2);
+  EXPECT_EQ(profile->function_calls(), 2);
   EXPECT_EQ(profile->devices(), iota(8));
   for (int64_t device = 0; device < 8; ++device) {
     std::map<std::string, int64_t> calls;
@@ -119,9 +119,15 @@ TEST(SpmdCompile, AKernelErrorOnTheDevicesEndsTheRun) {
   sf::Tensor table = sf::randn({4, 3}, 1);
   sf::mark_sharding(table, mesh, {sf::none, "x"});
   auto lookup = sf::compile([&](sf::Tensor ids) { return sf::embedding(table, ids); });
+  auto profile = std::make_shared<sf::OpProfile>();
+  lookup.set_profile(profile);
   EXPECT_THROW(lookup(sf::Tensor::from_ints(std::vector<int64_t>{0, 9}, {2})), sf::Error);
+  EXPECT_EQ(profile->function_calls(), 0);  // a failed run adds nothing
+  EXPECT_TRUE(profile->devices().empty());
   expect_close(lookup(sf::Tensor::from_ints(std::vector<int64_t>{1, 3}, {2})),
                sf::embedding(sf::Tensor(table.value()), sf::Tensor::from_ints(std::vector<int64_t>{1, 3}, {2})));
+  EXPECT_EQ(profile->function_calls(), 1);
+  EXPECT_EQ(profile->devices(), iota(2));
 }
 
 }  // namespace

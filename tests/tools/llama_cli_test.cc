@@ -87,7 +87,7 @@ TEST(LlamaCli, ProfileCountsTheProgramsOpsAndCollectives) {
   ASSERT_EQ(text.status, 0) << text.err;
   EXPECT_NE(text.out.find("decode step profile, device 0:"), std::string::npos) << text.out;
   EXPECT_NE(text.out.find("aten::linear"), std::string::npos) << text.out;
-  EXPECT_NE(text.out.find("(outside ops"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("(outside ops)"), std::string::npos) << text.out;
   const CliResult plain = run_cli("llama --config tiny --prompt-ids 1,7,9 --steps 3 --format json");
   EXPECT_FALSE(json::parse(plain.out).contains("profile"));  // only when asked for
 }

@@ -22,7 +22,7 @@ TEST(OpProfile, CountsEveryOpOfEveryCallAndStaysWithinTheCallTime) {
   step.set_profile(profile);  // before the first call
   const sf::Tensor x = sf::randn({8, 64}, 2);
   for (int i = 0; i < 3; ++i) step(x);
-  EXPECT_EQ(profile->calls(), 3);
+  EXPECT_EQ(profile->function_calls(), 3);
   EXPECT_EQ(profile->devices(), std::vector<int64_t>{0});
   const auto entries = profile->entries(0);
   EXPECT_EQ(calls_of(entries, "aten::matmul"), 3);
@@ -38,14 +38,14 @@ TEST(OpProfile, CountsEveryOpOfEveryCallAndStaysWithinTheCallTime) {
     in_ops += entries[i].seconds;
   }
   EXPECT_GT(in_ops, 0);
-  EXPECT_LE(in_ops, profile->call_seconds());  // ops run inside the calls
+  EXPECT_LE(in_ops, profile->function_seconds());  // ops run inside the calls
 
   step.set_profile(nullptr);  // stops recording
   step(x);
-  EXPECT_EQ(profile->calls(), 3);
+  EXPECT_EQ(profile->function_calls(), 3);
   EXPECT_EQ(calls_of(profile->entries(0), "aten::matmul"), 3);
   profile->clear();
-  EXPECT_EQ(profile->calls(), 0);
+  EXPECT_EQ(profile->function_calls(), 0);
   EXPECT_TRUE(profile->devices().empty());
   EXPECT_TRUE(profile->entries(0).empty());
 }
@@ -57,9 +57,9 @@ TEST(OpProfile, AFailedCallAddsNothing) {
   auto profile = std::make_shared<sf::OpProfile>();
   step.set_profile(profile);
   EXPECT_THROW(step(sf::randn({2, 3}, 1), sf::randn({4, 5}, 2)), sf::Error);
-  EXPECT_EQ(profile->calls(), 0);
+  EXPECT_EQ(profile->function_calls(), 0);
   step(sf::randn({2, 3}, 1), sf::randn({3, 5}, 2));
-  EXPECT_EQ(profile->calls(), 1);
+  EXPECT_EQ(profile->function_calls(), 1);
   EXPECT_EQ(calls_of(profile->entries(0), "aten::matmul"), 1);
 }
 

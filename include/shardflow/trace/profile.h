@@ -34,29 +34,34 @@ class OpProfile {
   // One run of a program on `device`: per op kind, its calls and seconds.
   // Thread-safe: the devices of a run report from their own threads.
   void add_run(int64_t device, const std::vector<Entry>& ops);
-  // One call of the compiled function, from its inputs to its outputs
-  // (ops, the interpreter or executor, feeding inputs, collecting outputs;
-  // not tracing or partitioning).
-  void add_call(double seconds);
+  // One call of the compiled function, from its inputs to its outputs: the
+  // guard check (for GuardMode::kReplay that re-runs the function on
+  // symbolic tensors), feeding inputs, the ops, the interpreter or executor,
+  // waiting for the other devices, collecting outputs; not tracing or
+  // partitioning. A call that fails adds nothing, and neither do its ops.
+  void add_function_call(double seconds);
 
   // Devices that reported, in order (a multi-process run: this process's).
   std::vector<int64_t> devices() const;
   // `device`'s totals, the most time first (empty for a device that never ran).
   std::vector<Entry> entries(int64_t device) const;
-  int64_t calls() const;
-  double call_seconds() const;
+  // Calls of the compiled function, and their total time.
+  int64_t function_calls() const;
+  double function_seconds() const;
   void clear();
 
  private:
   mutable std::mutex mutex_;
   std::map<int64_t, std::map<std::string, Entry>> by_device_;
-  int64_t calls_ = 0;
-  double call_seconds_ = 0;
+  int64_t function_calls_ = 0;
+  double function_seconds_ = 0;
 };
 
-// One run's op times by kind, for OpProfile::add_run. A kind is found by
-// an identity that is cheap to hash (the op's definition, say), so timing a
-// run does not look names up per op.
+namespace detail {
+
+// One run's op times by kind, for OpProfile::add_run (the interpreter's and
+// the executor's). A kind is found by an identity that is cheap to hash
+// (the op's definition, say), so timing a run does not look names up per op.
 class RunTimes {
  public:
   // Adds one call of the kind with identity `key`; `name()` names it, and
@@ -77,4 +82,5 @@ class RunTimes {
   std::unordered_map<const void*, std::size_t> numbers_;
 };
 
+}  // namespace detail
 }  // namespace shardflow
