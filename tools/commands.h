@@ -36,6 +36,7 @@ struct RunOptions {
   int64_t seed = 0;
   std::optional<int64_t> devices;  // default: the size of the annotations' mesh
   bool check = false;
+  bool profile = false;
   std::string format = "text";
   std::string backend = "local";  // or "mpi"
 };

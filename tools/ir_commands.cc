@@ -1,6 +1,7 @@
 // `shardflow ir FILE` and `shardflow run FILE`.
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -12,6 +13,7 @@
 
 #include "cli_util.h"
 #include "commands.h"
+#include "profile_report.h"
 #include "shardflow/base/error.h"
 #include "shardflow/ir/text.h"
 #include "shardflow/ops/ops.h"
@@ -177,7 +179,11 @@ int run_run_command(const RunOptions& options) {
   Runtime* runtime = mpi_runtime();
   check_mpi_ranks(p.program.mesh->size(), "the graph's mesh " + p.program.mesh->to_string());
   if (runtime == nullptr) runtime = &local.emplace(Runtime::local(p.program.mesh->size()));
-  outputs = run_program(p.program, *runtime, inputs);
+  const auto profile = options.profile ? std::make_shared<OpProfile>() : nullptr;
+  const auto started = std::chrono::steady_clock::now();
+  outputs = run_program(p.program, *runtime, inputs, profile.get());
+  if (profile) profile->add_function_call(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  const std::optional<ProfileReport> report = report_of(profile);
   std::optional<std::vector<DenseTensor>> reference;
   if (options.check) reference = run_graph(graph, input_values);
   nlohmann::ordered_json json_outputs = nlohmann::ordered_json::array();
@@ -222,11 +228,13 @@ int run_run_command(const RunOptions& options) {
       out["max_abs_diff"] = max_abs;
       out["max_rel_diff"] = max_rel;
     }
+    if (report) out["profile"] = profile_json(*report);
     std::cout << out.dump() << "\n";
   } else if (reference) {
     std::cout << fmt::format("check against one device: max abs diff {:.3g}, max rel diff {:.3g} ({})\n", max_abs,
                              max_rel, within ? "within tolerance" : "OUT OF TOLERANCE");
   }
+  if (report && options.format != "json") std::cout << profile_text("run", *report);
   if (reference && !within) {
     std::cerr << fmt::format("error: the {}-device result differs from the one-device result by up to {:.3g} "
                              "(tolerance {} * (1 + max |expected|))\n", p.program.mesh->size(), max_abs, kCheckTolerance);

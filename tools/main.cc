@@ -65,6 +65,9 @@ static void add_ir_commands(CLI::App& app, cli::IrOptions& ir, cli::RunOptions& 
                           "Number of devices (must be the size of the annotations' mesh; default: that size)");
   run_command->add_flag("--check", run.check,
                         "Also run on one device without sharding and compare every output (exit 1 if they differ)");
+  run_command->add_flag("--profile", run.profile,
+                        "Also report where the run spent its time: per op kind on the first device, collectives "
+                        "included");
   run_command->add_option("--format", run.format, "Output format")
       ->check(CLI::IsMember({"text", "json"}));
   run_command->add_option("--backend", run.backend, kBackendHelp)->check(CLI::IsMember({"local", "mpi"}));

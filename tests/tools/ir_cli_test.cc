@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "cli_runner.h"
@@ -102,6 +103,26 @@ TEST(IrCli, PartitionJsonListsShardingsAndCollectives) {
   const CliResult text = run_cli("partition " + path);
   EXPECT_NE(text.out.find("1 collective(s); 1 all-reduce (512 bytes/device)"), std::string::npos) << text.out;
   EXPECT_EQ(run_cli("partition " + path + " --devices 2").status, 1);
+}
+
+// --profile: the run's ops per kind on the first device, the program's one
+// all-reduce among them.
+TEST(IrCli, RunProfileListsTheProgramsOps) {
+  const std::string path = write("profile.ir", kMlp);
+  const CliResult r = run_cli("run " + path + " --profile --format json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(j.contains("profile")) << r.out;
+  EXPECT_EQ(j["profile"]["device"], 0);
+  EXPECT_EQ(j["profile"]["calls"], 1);
+  std::map<std::string, double> calls;
+  for (const auto& op : j["profile"]["ops"]) calls[op["op"].get<std::string>()] = op["calls_per_call"].get<double>();
+  EXPECT_EQ(calls["aten::matmul"], 2);
+  EXPECT_EQ(calls["aten::gelu"], 1);
+  EXPECT_EQ(calls["all-reduce"], 1);
+  const CliResult text = run_cli("run " + path + " --profile");
+  EXPECT_NE(text.out.find("run profile, device 0:"), std::string::npos) << text.out;
+  EXPECT_FALSE(nlohmann::json::parse(run_cli("run " + path + " --format json").out).contains("profile"));
 }
 
 TEST(IrCli, RunChecksAgainstOneDevice) {
