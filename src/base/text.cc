@@ -7,18 +7,13 @@
 
 namespace shardflow {
 
-// The code point of the valid UTF-8 sequence starting at text[i] and its
-// length, or length 0 if the bytes there are not valid UTF-8.
-struct CodePoint {
-  uint32_t value = 0;
-  std::size_t length = 0;
-};
-
-static CodePoint decode_utf8(std::string_view text, std::size_t i) {
+CodePoint decode_utf8(std::string_view text, std::size_t i) {
   const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
   const unsigned char lead = byte(i);
   std::size_t length = 0;
   uint32_t code = 0;
+  if (lead < 0x80) return {lead, 1};
+  // C0, C1 and F5..FF never start a sequence; 80..BF are continuation bytes.
   if (lead >= 0xC2 && lead <= 0xDF) {
     length = 2;
     code = lead & 0x1F;

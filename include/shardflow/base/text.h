@@ -1,4 +1,5 @@
-// Small text helpers shared by the printers: Python-style reprs and joins.
+// Small text helpers shared by the printers and parsers: UTF-8 decoding,
+// Python-style reprs and joins.
 #pragma once
 
 #include <cstdint>
@@ -7,6 +8,17 @@
 #include <string_view>
 
 namespace shardflow {
+
+// A code point and the length of its UTF-8 sequence.
+struct CodePoint {
+  uint32_t value = 0;
+  std::size_t length = 0;  // 0: the bytes at that position are not valid UTF-8
+};
+
+// The code point whose UTF-8 sequence starts at text[i] (i < text.size());
+// overlong forms, surrogates and values past U+10FFFF are invalid, as in the
+// Unicode standard, and so is a sequence cut off by the end of the text.
+CodePoint decode_utf8(std::string_view text, std::size_t i);
 
 // Python's repr() of a str: single quotes unless the text contains a single
 // quote and no double quote; backslash escapes for quotes, control characters

@@ -184,9 +184,14 @@ class Tokenizer {
   class AddedTokenSet {
    public:
     void add(AddedToken token);
-    std::vector<AddedMatch> find(std::string_view text) const;
+    // Appends to `ids` the id of each match in `text`, and between them
+    // what encode_part(part, whether it starts `text`) appends.
+    template <class EncodePart>
+    void split(std::string_view text, std::vector<int64_t>& ids, EncodePart&& encode_part) const;
 
    private:
+    std::vector<AddedMatch> find(std::string_view text) const;
+
     std::vector<AddedToken> tokens_;
     // Per first byte: indices into tokens_, the longest content first.
     std::unordered_map<unsigned char, std::vector<std::size_t>> by_first_byte_;

@@ -45,32 +45,6 @@ static int byte_token_value(std::string_view text) {
   return value;
 }
 
-// The length of the valid UTF-8 sequence starting at text[i], or 0 when the
-// bytes there are not one (overlong forms, surrogates and values past
-// U+10FFFF are invalid, as in the Unicode standard).
-static std::size_t utf8_length(std::string_view text, std::size_t i) {
-  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
-  const unsigned char lead = byte(i);
-  if (lead < 0x80) return 1;
-  // C0, C1 and F5..FF never start a sequence; 80..BF are continuation bytes.
-  const std::size_t length = lead >= 0xC2 && lead <= 0xDF   ? 2
-                             : lead >= 0xE0 && lead <= 0xEF ? 3
-                             : lead >= 0xF0 && lead <= 0xF4 ? 4
-                                                            : 0;
-  if (length == 0) return 0;
-  if (length > text.size() - i) return 0;
-  for (std::size_t k = 1; k < length; ++k) {
-    if ((byte(i + k) & 0xC0) != 0x80) return 0;
-  }
-  // The second byte's range is what rules out overlong forms, surrogates and > U+10FFFF.
-  const unsigned char second = byte(i + 1);
-  if (lead == 0xE0 && second < 0xA0) return 0;
-  if (lead == 0xED && second > 0x9F) return 0;
-  if (lead == 0xF0 && second < 0x90) return 0;
-  if (lead == 0xF4 && second > 0x8F) return 0;
-  return length;
-}
-
 // ---------------------------------------------------------------------------
 // Construction and the file format.
 
@@ -323,7 +297,7 @@ namespace {
 
 // Unicode's White_Space code points: what the tokenizers library's lstrip
 // and rstrip take (its regex \s).
-bool is_white_space(char32_t c) {
+bool is_white_space(uint32_t c) {
   return (c >= 0x09 && c <= 0x0d) || c == 0x20 || c == 0x85 || c == 0xa0 || c == 0x1680 ||
          (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f || c == 0x205f ||
          c == 0x3000;
@@ -332,12 +306,8 @@ bool is_white_space(char32_t c) {
 // The length of the White_Space code point at text[i], or 0.
 std::size_t white_space_at(std::string_view text, std::size_t i) {
   if (i >= text.size()) return 0;
-  const std::size_t length = utf8_length(text, i);
-  if (length == 0) return 0;
-  // The lead byte's payload bits, then six from each continuation byte.
-  char32_t c = static_cast<unsigned char>(text[i]) & (length == 1 ? 0x7f : 0xff >> (length + 1));
-  for (std::size_t k = 1; k < length; ++k) c = c << 6 | (static_cast<unsigned char>(text[i + k]) & 0x3f);
-  return is_white_space(c) ? length : 0;
+  const CodePoint c = decode_utf8(text, i);
+  return c.length > 0 && is_white_space(c.value) ? c.length : 0;
 }
 
 // The length of the White_Space code point that ends just before text[end], or 0.
@@ -398,16 +368,22 @@ std::vector<Tokenizer::AddedMatch> Tokenizer::AddedTokenSet::find(std::string_vi
   return matches;
 }
 
-std::vector<int64_t> Tokenizer::encode(std::string_view text, bool bos, bool eos) const {
-  std::vector<int64_t> ids;
-  if (bos) ids.push_back(kBos);
+template <class EncodePart>
+void Tokenizer::AddedTokenSet::split(std::string_view text, std::vector<int64_t>& ids,
+                                     EncodePart&& encode_part) const {
   std::size_t done = 0;
-  for (const AddedMatch& match : added_as_written_.find(text)) {
-    encode_piece(text.substr(done, match.begin - done), done == 0, ids);
+  for (const AddedMatch& match : find(text)) {
+    encode_part(text.substr(done, match.begin - done), done == 0);
     ids.push_back(match.id);
     done = match.end;
   }
-  encode_piece(text.substr(done), done == 0, ids);
+  encode_part(text.substr(done), done == 0);
+}
+
+std::vector<int64_t> Tokenizer::encode(std::string_view text, bool bos, bool eos) const {
+  std::vector<int64_t> ids;
+  if (bos) ids.push_back(kBos);
+  added_as_written_.split(text, ids, [&](std::string_view piece, bool starts) { encode_piece(piece, starts, ids); });
   if (eos) ids.push_back(kEos);
   return ids;
 }
@@ -419,13 +395,9 @@ void Tokenizer::encode_piece(std::string_view piece, bool at_text_start, std::ve
   // prefix (kAlways) comes before the normalized added tokens are looked for.
   std::string spaced = ranked_ ? spaces_for_meta_spaces(piece) : std::string(piece);
   if (dummy_prefix_ == DummyPrefix::kAlways) spaced.insert(spaced.begin(), ' ');
-  std::size_t done = 0;
-  for (const AddedMatch& match : added_normalized_.find(spaced)) {
-    encode_normalized(spaced.substr(done, match.begin - done), at_text_start && done == 0, ids);
-    ids.push_back(match.id);
-    done = match.end;
-  }
-  encode_normalized(spaced.substr(done), at_text_start && done == 0, ids);
+  added_normalized_.split(spaced, ids, [&](std::string_view part, bool starts) {
+    encode_normalized(std::string(part), at_text_start && starts, ids);
+  });
 }
 
 void Tokenizer::encode_normalized(std::string text, bool at_text_start, std::vector<int64_t>& ids) const {
@@ -440,7 +412,7 @@ void Tokenizer::encode_normalized(std::string text, bool at_text_start, std::vec
   std::vector<int64_t> piece_ids;
   piece_ids.reserve(text.size());
   for (std::size_t i = 0; i < text.size();) {
-    const std::size_t length = utf8_length(text, i);
+    const std::size_t length = decode_utf8(text, i).length;
     const int64_t id = length == 0 ? -1 : lookup(std::string_view(text).substr(i, length));
     if (id >= 0) {
       piece_ids.push_back(id);
