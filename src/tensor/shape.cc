@@ -7,6 +7,58 @@
 
 namespace shardflow {
 
+int64_t& Shape::at(size_type i) {
+  if (i >= size_) throw Error(fmt::format("dim {} of a rank-{} shape", i, size_));
+  return data_[i];
+}
+
+const int64_t& Shape::at(size_type i) const {
+  if (i >= size_) throw Error(fmt::format("dim {} of a rank-{} shape", i, size_));
+  return data_[i];
+}
+
+Shape::iterator Shape::insert(const_iterator position, size_type count, int64_t value) {
+  const auto at = static_cast<size_type>(position - data_);
+  make_gap(at, count);
+  std::fill_n(data_ + at, count, value);
+  return data_ + at;
+}
+
+void Shape::grow(size_type wanted) {
+  const size_type capacity = std::max(wanted, 2 * capacity_);
+  auto* heap = new int64_t[capacity];
+  std::copy(data_, data_ + size_, heap);
+  release();
+  data_ = heap;
+  capacity_ = capacity;
+}
+
+// Opens `count` slots at `at`, moving the extents after it back.
+void Shape::make_gap(size_type at, size_type count) {
+  reserve(size_ + count);
+  std::copy_backward(data_ + at, data_ + size_, data_ + size_ + count);
+  size_ += count;
+}
+
+void Shape::release() {
+  if (on_heap()) delete[] data_;
+  data_ = inline_;
+  capacity_ = kInline;
+}
+
+void Shape::take(Shape& other) noexcept {
+  if (other.on_heap()) {
+    data_ = other.data_;
+    capacity_ = other.capacity_;
+  } else {
+    std::copy(other.inline_, other.inline_ + other.size_, inline_);
+  }
+  size_ = other.size_;
+  other.data_ = other.inline_;
+  other.size_ = 0;
+  other.capacity_ = kInline;
+}
+
 int64_t numel(std::span<const int64_t> shape) {
   int64_t count = 1;
   for (int64_t d : shape) count *= d;

@@ -35,6 +35,7 @@ struct TestArg {
   TestArg(bool v) : constant(v) {}                 // NOLINT
   TestArg(const char* v) : constant(v) {}          // NOLINT
   TestArg(std::vector<int64_t> v) : constant(std::move(v)) {}  // NOLINT
+  TestArg(const Shape& v) : constant(std::vector<int64_t>(v)) {}  // NOLINT
   TestArg(DType v) : constant(v) {}                // NOLINT
 };
 

@@ -1,14 +1,166 @@
 // Tensor shapes: a list of non-negative extents, rank 0 upward.
 #pragma once
 
+#include <algorithm>
+#include <compare>
+#include <cstddef>
 #include <cstdint>
+#include <initializer_list>
+#include <iterator>
 #include <span>
 #include <string>
 #include <vector>
 
 namespace shardflow {
 
-using Shape = std::vector<int64_t>;
+// The extents of a tensor, with std::vector's interface. Up to kInline
+// extents live in the object itself: kernels and shape inference copy and
+// build shapes for every op they run, and a decode step runs a few hundred
+// ops, where a heap allocation per shape was a measurable share of the time.
+class Shape {
+ public:
+  using value_type = int64_t;
+  using size_type = std::size_t;
+  using difference_type = std::ptrdiff_t;
+  using reference = int64_t&;
+  using const_reference = const int64_t&;
+  using pointer = int64_t*;
+  using const_pointer = const int64_t*;
+  using iterator = int64_t*;
+  using const_iterator = const int64_t*;
+  using reverse_iterator = std::reverse_iterator<iterator>;
+  using const_reverse_iterator = std::reverse_iterator<const_iterator>;
+
+  static constexpr size_type kInline = 6;
+
+  Shape() = default;
+  explicit Shape(size_type count, int64_t value = 0) { assign(count, value); }
+  Shape(std::initializer_list<int64_t> extents) { assign(extents.begin(), extents.end()); }
+  template <std::input_iterator It>
+  Shape(It first, It last) {
+    assign(first, last);
+  }
+  // Interchangeable with the int lists of op arguments.
+  Shape(const std::vector<int64_t>& extents) { assign(extents.begin(), extents.end()); }  // NOLINT
+  Shape(const Shape& other) { assign(other.begin(), other.end()); }
+  Shape(Shape&& other) noexcept { take(other); }
+  ~Shape() { release(); }
+
+  Shape& operator=(const Shape& other) {
+    if (this != &other) assign(other.begin(), other.end());
+    return *this;
+  }
+  Shape& operator=(Shape&& other) noexcept {
+    if (this != &other) {
+      release();
+      take(other);
+    }
+    return *this;
+  }
+  Shape& operator=(std::initializer_list<int64_t> extents) {
+    assign(extents.begin(), extents.end());
+    return *this;
+  }
+  operator std::vector<int64_t>() const { return {begin(), end()}; }  // NOLINT
+
+  void assign(size_type count, int64_t value) {
+    size_ = 0;
+    reserve(count);
+    std::fill_n(data_, count, value);
+    size_ = count;
+  }
+  template <std::input_iterator It>
+  void assign(It first, It last) {
+    clear();
+    if constexpr (std::forward_iterator<It>) reserve(static_cast<size_type>(std::distance(first, last)));
+    for (; first != last; ++first) push_back(*first);
+  }
+
+  size_type size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  size_type capacity() const { return capacity_; }
+  int64_t* data() { return data_; }
+  const int64_t* data() const { return data_; }
+
+  iterator begin() { return data_; }
+  iterator end() { return data_ + size_; }
+  const_iterator begin() const { return data_; }
+  const_iterator end() const { return data_ + size_; }
+  const_iterator cbegin() const { return begin(); }
+  const_iterator cend() const { return end(); }
+  reverse_iterator rbegin() { return reverse_iterator(end()); }
+  reverse_iterator rend() { return reverse_iterator(begin()); }
+  const_reverse_iterator rbegin() const { return const_reverse_iterator(end()); }
+  const_reverse_iterator rend() const { return const_reverse_iterator(begin()); }
+
+  int64_t& operator[](size_type i) { return data_[i]; }
+  const int64_t& operator[](size_type i) const { return data_[i]; }
+  int64_t& at(size_type i);
+  const int64_t& at(size_type i) const;
+  int64_t& front() { return data_[0]; }
+  const int64_t& front() const { return data_[0]; }
+  int64_t& back() { return data_[size_ - 1]; }
+  const int64_t& back() const { return data_[size_ - 1]; }
+
+  void reserve(size_type wanted) {
+    if (wanted > capacity_) grow(wanted);
+  }
+  void clear() { size_ = 0; }
+  void resize(size_type count, int64_t value = 0) {
+    reserve(count);
+    if (count > size_) std::fill(data_ + size_, data_ + count, value);
+    size_ = count;
+  }
+  void push_back(int64_t value) {  // by value: `value` may be an element
+    if (size_ == capacity_) grow(2 * capacity_);
+    data_[size_++] = value;
+  }
+  int64_t& emplace_back(int64_t value) {
+    push_back(value);
+    return back();
+  }
+  void pop_back() { --size_; }
+  iterator insert(const_iterator position, int64_t value) { return insert(position, size_type{1}, value); }
+  iterator insert(const_iterator position, size_type count, int64_t value);
+  template <std::input_iterator It>
+  iterator insert(const_iterator position, It first, It last) {
+    const Shape extents(first, last);  // the source may be this shape
+    const auto at = static_cast<size_type>(position - data_);
+    make_gap(at, extents.size());
+    std::copy(extents.begin(), extents.end(), data_ + at);
+    return data_ + at;
+  }
+  iterator insert(const_iterator position, std::initializer_list<int64_t> extents) {
+    return insert(position, extents.begin(), extents.end());
+  }
+  iterator erase(const_iterator position) { return erase(position, position + 1); }
+  iterator erase(const_iterator first, const_iterator last) {
+    const auto from = static_cast<size_type>(first - data_);
+    const auto to = static_cast<size_type>(last - data_);
+    std::copy(data_ + to, data_ + size_, data_ + from);
+    size_ -= to - from;
+    return data_ + from;
+  }
+
+  friend bool operator==(const Shape& a, const Shape& b) {
+    return std::equal(a.begin(), a.end(), b.begin(), b.end());
+  }
+  friend std::strong_ordering operator<=>(const Shape& a, const Shape& b) {
+    return std::lexicographical_compare_three_way(a.begin(), a.end(), b.begin(), b.end());
+  }
+
+ private:
+  bool on_heap() const { return data_ != inline_; }
+  void grow(size_type wanted);
+  void make_gap(size_type at, size_type count);
+  void release();
+  void take(Shape& other) noexcept;
+
+  int64_t* data_ = inline_;
+  size_type size_ = 0;
+  size_type capacity_ = kInline;
+  int64_t inline_[kInline];
+};
 
 int64_t numel(std::span<const int64_t> shape);
 // Row-major strides in elements.

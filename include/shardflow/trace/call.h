@@ -32,6 +32,7 @@ struct Arg {
   Arg(const char* v) : value(Constant(v)) {}                  // NOLINT
   Arg(std::string v) : value(Constant(std::move(v))) {}       // NOLINT
   Arg(std::vector<int64_t> v) : value(Constant(std::move(v))) {}  // NOLINT
+  Arg(const Shape& v) : value(Constant(std::vector<int64_t>(v))) {}  // NOLINT
   Arg(DType v) : value(Constant(v)) {}                        // NOLINT
 };
 
