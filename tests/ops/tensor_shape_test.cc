@@ -52,7 +52,8 @@ TEST(TensorShape, RandomEditsMatchStdVector) {
           const std::size_t at = pick(reference.size() + 1);
           shape.insert(shape.begin() + at, shape.begin(), shape.end());
           const std::vector<int64_t> copy = reference;
-          reference.insert(reference.begin() + static_cast<std::ptrdiff_t>(at), copy.begin(), copy.end());
+          reference.insert(reference.begin() + static_cast<std::ptrdiff_t>(at), copy.begin(),
+                           copy.end());
           break;
         }
         case 5:
