@@ -204,7 +204,7 @@ DenseTensor attention_kernel(const OpArgs& args, std::span<const DenseTensor> in
   const double scale = scale_arg.is_none() ? 1.0 / std::sqrt(static_cast<double>(s.depth)) : args.get_number("scale");
 
   // Strides of the mask over [batch..., L, S]; 0 where it broadcasts.
-  std::vector<int64_t> mask_strides(s.batch.size() + 2, 0);
+  Dims mask_strides(s.batch.size() + 2, 0);
   if (mask != nullptr) {
     const Shape& own = mask->shape();
     int64_t stride = 1;

@@ -367,7 +367,7 @@ void register_gather(OpRegistry& r) {
     const auto dim = static_cast<std::size_t>(wrap_dim(args.get_int("dim"), self.rank()));
     const Shape self_shape = self.rank() == 0 ? Shape{1} : self.shape();
     const Shape index_shape = in[1].rank() == 0 ? Shape{1} : in[1].shape();
-    const std::vector<int64_t> self_strides = row_major_strides(self_shape);
+    const Dims self_strides = row_major_strides(self_shape);
     const std::vector<int64_t> indices = index_values(in[1]);
     const int64_t bound = self_shape[dim];
     check_indices(indices, bound, [&](int64_t i) {

@@ -78,8 +78,8 @@ void for_each_broadcast_row(std::span<const int64_t> out_shape,
   const std::size_t count = operand_shapes.size();
   const int64_t total = numel(out_shape);
   if (total == 0) return;
-  std::vector<int64_t> offsets(count, 0);
-  std::vector<int64_t> inner(count, 1);
+  Dims offsets(count, 0);
+  Dims inner(count, 1);
   bool all_same = true;
   for (const Shape* shape : operand_shapes) {
     all_same = all_same && std::equal(shape->begin(), shape->end(), out_shape.begin(), out_shape.end());
@@ -90,26 +90,27 @@ void for_each_broadcast_row(std::span<const int64_t> out_shape,
     return;
   }
   const std::size_t rank = out_shape.size();
-  // Strides of each operand over the output's dims (0 where broadcast).
-  std::vector<std::vector<int64_t>> strides(count, std::vector<int64_t>(rank, 0));
+  // Strides of each operand over the output's dims (0 where broadcast):
+  // operand i's stride of dim d at strides[i * rank + d].
+  Dims strides(count * rank, 0);
   for (std::size_t i = 0; i < count; ++i) {
     const Shape& shape = *operand_shapes[i];
-    const std::vector<int64_t> own = row_major_strides(shape);
+    const Dims own = row_major_strides(shape);
     const std::size_t pad = rank - shape.size();
     for (std::size_t d = pad; d < rank; ++d) {
-      strides[i][d] = shape[d - pad] == 1 ? 0 : own[d - pad];
+      strides[i * rank + d] = shape[d - pad] == 1 ? 0 : own[d - pad];
     }
-    inner[i] = strides[i][rank - 1];
+    inner[i] = strides[i * rank + rank - 1];
   }
   const int64_t n = out_shape[rank - 1];
-  std::vector<int64_t> index(rank, 0);
+  Dims index(rank, 0);
   for (int64_t done = 0; done < total; done += n) {
     row(n, offsets.data(), inner.data());
     for (std::size_t d = rank - 1; d-- > 0;) {
       ++index[d];
-      for (std::size_t i = 0; i < count; ++i) offsets[i] += strides[i][d];
+      for (std::size_t i = 0; i < count; ++i) offsets[i] += strides[i * rank + d];
       if (index[d] < out_shape[d]) break;
-      for (std::size_t i = 0; i < count; ++i) offsets[i] -= strides[i][d] * out_shape[d];
+      for (std::size_t i = 0; i < count; ++i) offsets[i] -= strides[i * rank + d] * out_shape[d];
       index[d] = 0;
     }
   }

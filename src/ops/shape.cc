@@ -74,7 +74,7 @@ void gather_row(const std::byte* src, int64_t step, int64_t n, std::byte* dst) {
 struct StridedView {
   int64_t offset = 0;
   Shape shape;
-  std::vector<int64_t> strides;
+  Dims strides;
 };
 
 // Drops size-1 dims and merges neighbours that are also neighbours in the
@@ -129,7 +129,7 @@ DenseTensor view_or_copy(const DenseTensor& src, const StridedView& view) {
   };
   // Odometer over the outer dims, tracking the source offset of each row.
   const std::size_t outer = flat.shape.size() - 1;
-  std::vector<int64_t> index(outer, 0);
+  Dims index(outer, 0);
   int64_t offset = 0;
   for (int64_t done = 0; done < out.numel(); done += n) {
     row(base + offset * static_cast<int64_t>(size));
@@ -245,7 +245,7 @@ OpShardingRule reshape_rule(const OpArgs& args, std::span<const TensorType> inpu
 // gets its own factor of `dropped` kind, a new dim its own pass-through one.
 OpShardingRule keep_dims_rule(std::span<const TensorType> inputs,
                               std::span<const TensorType> outputs, std::span<const int> operands,
-                              const std::vector<int64_t>& kept,
+                              const Dims& kept,
                               FactorKind dropped = FactorKind::kPassThrough) {
   RuleBuilder builder(inputs, outputs);
   const int64_t rank = inputs[to_index(operands[0])].rank();
@@ -371,7 +371,7 @@ void register_reshape_ops(OpRegistry& r) {
 // ------------------------------------------------------ squeeze, unsqueeze
 
 // The result shape of a keep_dims_rule mapping (new dims have size 1).
-Shape kept_shape(const Shape& in, const std::vector<int64_t>& kept) {
+Shape kept_shape(const Shape& in, const Dims& kept) {
   Shape shape;
   for (int64_t d : kept) shape.push_back(d < 0 ? 1 : in[to_index(d)]);
   return shape;
@@ -393,11 +393,11 @@ void add_keep_dims(OpRegistry& r, std::string_view schema, KeptOf kept_of) {
 }
 
 // Squeeze drops size-1 dims: all of them, or the one named (if it is size 1).
-std::vector<int64_t> squeeze_kept(const OpArgs& args, const Shape& in) {
+Dims squeeze_kept(const OpArgs& args, const Shape& in) {
   const auto rank = static_cast<int64_t>(in.size());
   std::optional<int64_t> dim;
   if (args.schema().argument_index("dim") >= 0) dim = wrap_dim(args.get_int("dim"), rank);
-  std::vector<int64_t> kept;
+  Dims kept;
   for (int64_t d = 0; d < rank; ++d) {
     const bool removed = in[to_index(d)] == 1 && (!dim || *dim == d);
     if (!removed) kept.push_back(d);
@@ -405,10 +405,10 @@ std::vector<int64_t> squeeze_kept(const OpArgs& args, const Shape& in) {
   return kept;
 }
 
-std::vector<int64_t> unsqueeze_kept(const OpArgs& args, const Shape& in) {
+Dims unsqueeze_kept(const OpArgs& args, const Shape& in) {
   const auto rank = static_cast<int64_t>(in.size());
   const int64_t dim = wrap_dim(args.get_int("dim"), rank + 1);
-  std::vector<int64_t> kept;
+  Dims kept;
   for (int64_t d = 0; d < rank; ++d) {
     if (d == dim) kept.push_back(-1);
     kept.push_back(d);
@@ -419,7 +419,7 @@ std::vector<int64_t> unsqueeze_kept(const OpArgs& args, const Shape& in) {
 
 // ---------------------------------------------------- permute, transpose
 
-std::vector<int64_t> permute_dims(const OpArgs& args, int64_t rank) {
+Dims permute_dims(const OpArgs& args, int64_t rank) {
   const std::vector<int64_t> dims = args.get_int_list("dims");
   if (static_cast<int64_t>(dims.size()) != rank) {
     // PyTorch's wording, "(sparse_coo)" included, for dense tensors too.
@@ -427,7 +427,7 @@ std::vector<int64_t> permute_dims(const OpArgs& args, int64_t rank) {
                             "not match the length of the desired ordering of dimensions i.e. "
                             "input.dim() = {} is not equal to len(dims) = {}", rank, dims.size()));
   }
-  std::vector<int64_t> perm;
+  Dims perm;
   std::vector<bool> seen(to_index(rank), false);
   for (int64_t dim : dims) {
     const int64_t d = wrap_dim(dim, rank);
@@ -438,10 +438,10 @@ std::vector<int64_t> permute_dims(const OpArgs& args, int64_t rank) {
   return perm;
 }
 
-std::vector<int64_t> transpose_dims(const OpArgs& args, int64_t rank) {
+Dims transpose_dims(const OpArgs& args, int64_t rank) {
   const int64_t dim0 = wrap_dim(args.get_int("dim0"), rank);
   const int64_t dim1 = wrap_dim(args.get_int("dim1"), rank);
-  std::vector<int64_t> perm(to_index(rank));
+  Dims perm(to_index(rank));
   for (int64_t d = 0; d < rank; ++d) perm[to_index(d)] = d;
   if (rank > 0) std::swap(perm[to_index(dim0)], perm[to_index(dim1)]);
   return perm;
@@ -464,7 +464,7 @@ void add_permute(OpRegistry& r, std::string_view schema, PermOf perm_of) {
                                 std::span<const TensorType> out) {
     const int self = args.tensor("self");
     const TensorType& type = input(args, in);
-    const std::vector<int64_t> perm = perm_of(args, type.rank());
+    const Dims perm = perm_of(args, type.rank());
     RuleBuilder builder(in, out);
     for (int64_t d = 0; d < type.rank(); ++d) {
       const auto k = std::find(perm.begin(), perm.end(), d) - perm.begin();
@@ -475,7 +475,7 @@ void add_permute(OpRegistry& r, std::string_view schema, PermOf perm_of) {
   };
   def.kernel = [perm_of](const OpArgs& args, std::span<const DenseTensor> in) {
     const DenseTensor& self = input(args, in);
-    const std::vector<int64_t> strides = row_major_strides(self.shape());
+    const Dims strides = row_major_strides(self.shape());
     StridedView view;
     for (int64_t d : perm_of(args, self.rank())) {
       view.shape.push_back(self.shape()[to_index(d)]);
@@ -560,7 +560,7 @@ void register_expand(OpRegistry& registry) {
   def.kernel = [](const OpArgs& args, std::span<const DenseTensor> in) {
     const DenseTensor& self = input(args, in);
     StridedView view{0, expand_shape(args, {self.dtype(), self.shape()}), {}};
-    const std::vector<int64_t> strides = row_major_strides(self.shape());
+    const Dims strides = row_major_strides(self.shape());
     const int64_t lead = static_cast<int64_t>(view.shape.size()) - self.rank();
     for (int64_t k = 0; k < static_cast<int64_t>(view.shape.size()); ++k) {
       const int64_t d = k - lead;
@@ -620,8 +620,8 @@ SelectIndex select_index(const OpArgs& args, const Shape& in) {
   return {dim, index < 0 ? index + size : index};
 }
 
-std::vector<int64_t> all_but(int64_t rank, int64_t dim) {
-  std::vector<int64_t> kept;
+Dims all_but(int64_t rank, int64_t dim) {
+  Dims kept;
   for (int64_t d = 0; d < rank; ++d) {
     if (d != dim) kept.push_back(d);
   }
@@ -653,7 +653,7 @@ void register_slice_select(OpRegistry& r) {
   slice.kernel = [](const OpArgs& args, std::span<const DenseTensor> in) {
     const DenseTensor& self = input(args, in);
     const SliceBounds bounds = slice_bounds(args, self.shape());
-    std::vector<int64_t> strides = row_major_strides(self.shape());
+    Dims strides = row_major_strides(self.shape());
     const int64_t offset = bounds.start * strides[to_index(bounds.dim)];
     strides[to_index(bounds.dim)] *= bounds.step;
     const StridedView view{offset, slice_shape(self.shape(), bounds), std::move(strides)};
@@ -685,7 +685,7 @@ void register_slice_select(OpRegistry& r) {
   select.kernel = [](const OpArgs& args, std::span<const DenseTensor> in) {
     const DenseTensor& self = input(args, in);
     const SelectIndex at = select_index(args, self.shape());
-    const std::vector<int64_t> strides = row_major_strides(self.shape());
+    const Dims strides = row_major_strides(self.shape());
     StridedView view{at.index * strides[to_index(at.dim)], {}, {}};
     for (int64_t d : all_but(self.rank(), at.dim)) {
       view.shape.push_back(self.shape()[to_index(d)]);
@@ -802,7 +802,7 @@ void register_cat_stack(OpRegistry& r) {
                            std::span<const TensorType> out) {
     const std::vector<int>& operands = args.tensor_list("tensors");
     const int64_t dim = wrap_dim(args.get_int("dim"), out[0].rank());
-    std::vector<int64_t> kept = all_but(out[0].rank() - 1, -1);
+    Dims kept = all_but(out[0].rank() - 1, -1);
     kept.insert(kept.begin() + dim, -1);
     return keep_dims_rule(in, out, operands, kept);
   };

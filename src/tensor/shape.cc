@@ -7,24 +7,24 @@
 
 namespace shardflow {
 
-int64_t& Shape::at(size_type i) {
+int64_t& Dims::at(size_type i) {
   if (i >= size_) throw Error(fmt::format("dim {} of a rank-{} shape", i, size_));
   return data_[i];
 }
 
-const int64_t& Shape::at(size_type i) const {
+const int64_t& Dims::at(size_type i) const {
   if (i >= size_) throw Error(fmt::format("dim {} of a rank-{} shape", i, size_));
   return data_[i];
 }
 
-Shape::iterator Shape::insert(const_iterator position, size_type count, int64_t value) {
+Dims::iterator Dims::insert(const_iterator position, size_type count, int64_t value) {
   const auto at = static_cast<size_type>(position - data_);
   make_gap(at, count);
   std::fill_n(data_ + at, count, value);
   return data_ + at;
 }
 
-void Shape::grow(size_type wanted) {
+void Dims::grow(size_type wanted) {
   const size_type capacity = std::max(wanted, 2 * capacity_);
   auto* heap = new int64_t[capacity];
   std::copy(data_, data_ + size_, heap);
@@ -34,19 +34,19 @@ void Shape::grow(size_type wanted) {
 }
 
 // Opens `count` slots at `at`, moving the extents after it back.
-void Shape::make_gap(size_type at, size_type count) {
+void Dims::make_gap(size_type at, size_type count) {
   reserve(size_ + count);
   std::copy_backward(data_ + at, data_ + size_, data_ + size_ + count);
   size_ += count;
 }
 
-void Shape::release() {
+void Dims::release() {
   if (on_heap()) delete[] data_;
   data_ = inline_;
   capacity_ = kInline;
 }
 
-void Shape::take(Shape& other) noexcept {
+void Dims::take(Dims& other) noexcept {
   if (other.on_heap()) {
     data_ = other.data_;
     capacity_ = other.capacity_;
@@ -65,8 +65,8 @@ int64_t numel(std::span<const int64_t> shape) {
   return count;
 }
 
-std::vector<int64_t> row_major_strides(std::span<const int64_t> shape) {
-  std::vector<int64_t> strides(shape.size(), 1);
+Dims row_major_strides(std::span<const int64_t> shape) {
+  Dims strides(shape.size(), 1);
   for (std::size_t i = shape.size(); i-- > 1;) strides[i - 1] = strides[i] * shape[i];
   return strides;
 }

@@ -13,11 +13,12 @@
 
 namespace shardflow {
 
-// The extents of a tensor, with std::vector's interface. Up to kInline
-// extents live in the object itself: kernels and shape inference copy and
-// build shapes for every op they run, and a decode step runs a few hundred
-// ops, where a heap allocation per shape was a measurable share of the time.
-class Shape {
+// One int64 per tensor dim (extents, strides, a permutation), with
+// std::vector's interface. Up to kInline values live in the object itself:
+// kernels and shape inference copy and build these for every op they run,
+// and a decode step runs a few hundred ops, where a heap allocation each
+// was a measurable share of the time.
+class Dims {
  public:
   using value_type = int64_t;
   using size_type = std::size_t;
@@ -33,31 +34,31 @@ class Shape {
 
   static constexpr size_type kInline = 6;
 
-  Shape() = default;
-  explicit Shape(size_type count, int64_t value = 0) { assign(count, value); }
-  Shape(std::initializer_list<int64_t> extents) { assign(extents.begin(), extents.end()); }
+  Dims() = default;
+  explicit Dims(size_type count, int64_t value = 0) { assign(count, value); }
+  Dims(std::initializer_list<int64_t> extents) { assign(extents.begin(), extents.end()); }
   template <std::input_iterator It>
-  Shape(It first, It last) {
+  Dims(It first, It last) {
     assign(first, last);
   }
   // Interchangeable with the int lists of op arguments.
-  Shape(const std::vector<int64_t>& extents) { assign(extents.begin(), extents.end()); }  // NOLINT
-  Shape(const Shape& other) { assign(other.begin(), other.end()); }
-  Shape(Shape&& other) noexcept { take(other); }
-  ~Shape() { release(); }
+  Dims(const std::vector<int64_t>& extents) { assign(extents.begin(), extents.end()); }  // NOLINT
+  Dims(const Dims& other) { assign(other.begin(), other.end()); }
+  Dims(Dims&& other) noexcept { take(other); }
+  ~Dims() { release(); }
 
-  Shape& operator=(const Shape& other) {
+  Dims& operator=(const Dims& other) {
     if (this != &other) assign(other.begin(), other.end());
     return *this;
   }
-  Shape& operator=(Shape&& other) noexcept {
+  Dims& operator=(Dims&& other) noexcept {
     if (this != &other) {
       release();
       take(other);
     }
     return *this;
   }
-  Shape& operator=(std::initializer_list<int64_t> extents) {
+  Dims& operator=(std::initializer_list<int64_t> extents) {
     assign(extents.begin(), extents.end());
     return *this;
   }
@@ -124,7 +125,7 @@ class Shape {
   iterator insert(const_iterator position, size_type count, int64_t value);
   template <std::input_iterator It>
   iterator insert(const_iterator position, It first, It last) {
-    const Shape extents(first, last);  // the source may be this shape
+    const Dims extents(first, last);  // the source may be this shape
     const auto at = static_cast<size_type>(position - data_);
     make_gap(at, extents.size());
     std::copy(extents.begin(), extents.end(), data_ + at);
@@ -142,10 +143,10 @@ class Shape {
     return data_ + from;
   }
 
-  friend bool operator==(const Shape& a, const Shape& b) {
+  friend bool operator==(const Dims& a, const Dims& b) {
     return std::equal(a.begin(), a.end(), b.begin(), b.end());
   }
-  friend std::strong_ordering operator<=>(const Shape& a, const Shape& b) {
+  friend std::strong_ordering operator<=>(const Dims& a, const Dims& b) {
     return std::lexicographical_compare_three_way(a.begin(), a.end(), b.begin(), b.end());
   }
 
@@ -154,7 +155,7 @@ class Shape {
   void grow(size_type wanted);
   void make_gap(size_type at, size_type count);
   void release();
-  void take(Shape& other) noexcept;
+  void take(Dims& other) noexcept;
 
   int64_t* data_ = inline_;
   size_type size_ = 0;
@@ -162,9 +163,12 @@ class Shape {
   int64_t inline_[kInline];
 };
 
+// A tensor's extents.
+using Shape = Dims;
+
 int64_t numel(std::span<const int64_t> shape);
 // Row-major strides in elements.
-std::vector<int64_t> row_major_strides(std::span<const int64_t> shape);
+Dims row_major_strides(std::span<const int64_t> shape);
 // "[8,512]"; a scalar is "[]".
 std::string shape_to_string(std::span<const int64_t> shape);
 
