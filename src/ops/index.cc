@@ -79,14 +79,36 @@ Slab slab(const Shape& shape, int64_t dim) {
   return s;
 }
 
+// Rows of kRow bytes (a fixed-size memcpy compiles to one move).
+template <std::size_t kRow>
+void gather_fixed_rows(const std::byte* src, Slab in_slab, std::span<const int64_t> indices, std::byte* dst) {
+  for (int64_t o = 0; o < in_slab.outer; ++o) {
+    const std::byte* slab = src + static_cast<std::size_t>(o * in_slab.size) * kRow;
+    for (int64_t k : indices) {
+      std::memcpy(dst, slab + static_cast<std::size_t>(k) * kRow, kRow);
+      dst += kRow;
+    }
+  }
+}
+
 // out[o, k, :] = in[o, indices[k], :]: the loop of index_select and embedding.
-// Rows are contiguous, so they are copied as bytes whatever the dtype.
+// Rows are contiguous, so they are copied as bytes whatever the dtype. A
+// row of one element (a gather along the last dim, as rotary embeddings'
+// pair swap does) gets a loop of plain moves: a memcpy call per element
+// cost more than the rest of the op.
 DenseTensor select_rows(const DenseTensor& in, Slab in_slab, std::span<const int64_t> indices,
                         const TensorType& out_type) {
   DenseTensor out = DenseTensor::empty(out_type.dtype, out_type.shape);
   const std::size_t row = static_cast<std::size_t>(in_slab.inner) * element_size(in.dtype());
   const std::byte* src = in.data();
   std::byte* dst = out.data();
+  switch (row) {
+    case 1: gather_fixed_rows<1>(src, in_slab, indices, dst); return out;
+    case 2: gather_fixed_rows<2>(src, in_slab, indices, dst); return out;
+    case 4: gather_fixed_rows<4>(src, in_slab, indices, dst); return out;
+    case 8: gather_fixed_rows<8>(src, in_slab, indices, dst); return out;
+    default: break;
+  }
   for (int64_t o = 0; o < in_slab.outer; ++o) {
     for (int64_t k : indices) {
       std::memcpy(dst, src + static_cast<std::size_t>(o * in_slab.size + k) * row, row);
