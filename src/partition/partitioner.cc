@@ -473,7 +473,7 @@ class Partitioner {
     Instruction compute;
     compute.kind = InstructionKind::kCompute;
     compute.op = &op;
-    compute.args = global_args.all();
+    std::vector<BoundArg> local_args = global_args.all();
     compute.scale = scale;
     for (const Rep& rep : local) compute.inputs.push_back(rep.slot);
     std::vector<Rep> results;
@@ -489,10 +489,11 @@ class Partitioner {
       compute.outputs.push_back(rep.slot);
       if (!op.output_shape_arg.empty()) {
         const int index = op.schema.argument_index(op.output_shape_arg);
-        compute.args[static_cast<std::size_t>(index)].constant = Constant(std::vector<int64_t>(shape));
+        local_args[static_cast<std::size_t>(index)].constant = Constant(std::vector<int64_t>(shape));
       }
       results.push_back(std::move(rep));
     }
+    compute.args.emplace(op.schema, std::move(local_args));
     builder_.emit(std::move(compute));
     for (std::size_t r = 0; r < node.outputs().size(); ++r) {
       const Value* output = node.outputs()[r];

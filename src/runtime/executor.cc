@@ -171,14 +171,16 @@ class DeviceRun {
   }
 
   void compute(const Instruction& instruction) {
-    std::vector<DenseTensor> inputs;
+    std::vector<DenseTensor>& inputs = operands_;
+    inputs.clear();
     for (std::size_t k = 0; k < instruction.inputs.size(); ++k) {
       const auto slot = static_cast<std::size_t>(instruction.inputs[k]);
       const bool read_again = last_reader_[slot] != current_ ||
                               std::count(instruction.inputs.begin(), instruction.inputs.end(), instruction.inputs[k]) > 1;
       inputs.push_back(read_again ? slots_[slot] : std::move(slots_[slot]));
     }
-    std::vector<DenseTensor> outputs = instruction.op->kernel(OpArgs(instruction.op->schema, instruction.args), inputs);
+    std::vector<DenseTensor> outputs = instruction.op->kernel(*instruction.args, inputs);
+    inputs.clear();  // drop the references before the results are stored
     for (std::size_t i = 0; i < outputs.size(); ++i) {
       if (instruction.scale != 1) outputs[i] = scaled(outputs[i], instruction.scale);
       set(instruction, std::move(outputs[i]), i);
@@ -334,6 +336,7 @@ class DeviceRun {
   detail::RunTimes times_;
   std::vector<int64_t> coords_;
   std::vector<DenseTensor> slots_;
+  std::vector<DenseTensor> operands_;  // compute()'s, kept to reuse its allocation
   std::vector<int64_t> last_reader_;  // per slot: the last instruction reading it (-1: kept)
   int64_t current_ = -1;
   std::map<std::vector<int>, DeviceGroup> groups_;

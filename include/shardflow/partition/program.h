@@ -10,6 +10,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,7 +53,7 @@ struct Instruction {
   // kCompute: the op and its arguments for local shapes (tensor indices refer
   // to `inputs`).
   const OpDef* op = nullptr;
-  std::vector<BoundArg> args;
+  std::optional<OpArgs> args;  // bound once here, not on every run
   // kCollective: index into PartitionedProgram::collectives.
   int collective = -1;
   // Dims: the tensor dim a gather, scatter, slice or mask works on; for
