@@ -23,22 +23,26 @@ GraphInterpreter::GraphInterpreter(const Graph& graph) : graph_(graph) {
   for (const Value* output : graph.outputs()) last_use[output] = graph.nodes().size();
   for (std::size_t n = 0; n < graph.nodes().size(); ++n) {
     const Node& node = *graph.nodes()[n];
-    Step step{&node, node.op_args(), {}, {}, {}, {}};
+    std::vector<int> operands, releases;
     for (const Value* input : node.inputs()) {
-      step.inputs.push_back(slot.at(input));
-      if (last_use.at(input) == n && std::find(step.release.begin(), step.release.end(), step.inputs.back()) ==
-                                         step.release.end()) {
-        step.release.push_back(step.inputs.back());
+      operands.push_back(slot.at(input));
+      if (last_use.at(input) == n && std::find(releases.begin(), releases.end(), operands.back()) == releases.end()) {
+        releases.push_back(operands.back());
       }
     }
-    for (int input : step.inputs) {
-      const bool last = std::find(step.release.begin(), step.release.end(), input) != step.release.end();
-      step.hand_over.push_back(last && std::count(step.inputs.begin(), step.inputs.end(), input) == 1);
+    Step step{&node, &node.op().kernel, node.op_args(), static_cast<uint32_t>(slot_lists_.size()),
+              static_cast<uint32_t>(operands.size()), static_cast<uint32_t>(node.outputs().size()),
+              static_cast<uint32_t>(releases.size())};
+    for (int operand : operands) {
+      const bool last = std::find(releases.begin(), releases.end(), operand) != releases.end();
+      const bool handed_over = last && std::count(operands.begin(), operands.end(), operand) == 1;
+      slot_lists_.push_back(operand << 1 | static_cast<int>(handed_over));
     }
     for (const Value* output : node.outputs()) {
-      step.outputs.push_back(static_cast<int>(slot.size()));
+      slot_lists_.push_back(static_cast<int>(slot.size()));
       slot.emplace(output, static_cast<int>(slot.size()));
     }
+    slot_lists_.insert(slot_lists_.end(), releases.begin(), releases.end());
     steps_.push_back(std::move(step));
   }
   for (const Value* output : graph.outputs()) output_slots_.push_back(slot.at(output));
@@ -64,16 +68,18 @@ std::vector<DenseTensor> GraphInterpreter::run(std::vector<DenseTensor> inputs, 
   std::vector<DenseTensor> operands;
   detail::RunTimes times;
   for (const Step& step : steps_) {
+    const int* lists = slot_lists_.data() + step.first_operand;
     operands.clear();
-    for (std::size_t k = 0; k < step.inputs.size(); ++k) {
-      DenseTensor& slot = slots[static_cast<std::size_t>(step.inputs[k])];
-      operands.push_back(step.hand_over[k] ? std::move(slot) : slot);
+    for (uint32_t k = 0; k < step.num_operands; ++k) {
+      DenseTensor& slot = slots[static_cast<std::size_t>(lists[k] >> 1)];
+      operands.push_back((lists[k] & 1) != 0 ? std::move(slot) : slot);
     }
+    lists += step.num_operands;
     std::vector<DenseTensor> results;
     using Clock = std::chrono::steady_clock;
     const Clock::time_point start = profile ? Clock::now() : Clock::time_point();
     try {
-      results = step.node->op().kernel(step.args, operands);
+      results = (*step.kernel)(step.args, operands);
     } catch (const Error& error) {
       throw Error(fmt::format("{}: {}", print_node(*step.node), error.what()));
     }
@@ -81,10 +87,12 @@ std::vector<DenseTensor> GraphInterpreter::run(std::vector<DenseTensor> inputs, 
       const OpDef& op = step.node->op();
       times.add(&op, std::chrono::duration<double>(Clock::now() - start).count(), [&] { return op.full_name(); });
     }
-    for (std::size_t i = 0; i < results.size(); ++i) {
-      slots[static_cast<std::size_t>(step.outputs[i])] = std::move(results[i]);
+    if (results.size() != step.num_results) {
+      throw Error(fmt::format("internal: {}: the kernel returned {} results", print_node(*step.node), results.size()));
     }
-    for (int released : step.release) slots[static_cast<std::size_t>(released)] = DenseTensor();
+    for (uint32_t i = 0; i < step.num_results; ++i) slots[static_cast<std::size_t>(lists[i])] = std::move(results[i]);
+    lists += step.num_results;
+    for (uint32_t i = 0; i < step.num_releases; ++i) slots[static_cast<std::size_t>(lists[i])] = DenseTensor();
   }
   if (profile) profile->add_run(0, times.totals());
   std::vector<DenseTensor> outputs;

@@ -1,6 +1,7 @@
 // Runs a graph on one device with the reference kernels.
 #pragma once
 
+#include <cstdint>
 #include <span>
 #include <vector>
 
@@ -27,16 +28,24 @@ class GraphInterpreter {
   std::vector<DenseTensor> run(std::vector<DenseTensor> inputs, OpProfile* profile = nullptr) const;
 
  private:
+  // One node, ready to run. The slot lists of all steps share one array,
+  // read front to back: a step touches a few adjacent cache lines instead of
+  // separate heap blocks per list (after each matrix-vector product of a
+  // decode step streamed its weights through the caches, every line the
+  // next small op touches is a miss).
   struct Step {
     const Node* node;
+    const KernelFn* kernel;
     OpArgs args;
-    std::vector<int> inputs, outputs;
-    std::vector<char> hand_over;  // per input: its slot's last reader, read once here
-    std::vector<int> release;     // slots whose last reader this is
+    // Into slot_lists_: operands as (slot << 1) | handed_over, where
+    // handed_over means this is the slot's last reader and reads it once;
+    // then results; then the slots whose last reader this is.
+    uint32_t first_operand, num_operands, num_results, num_releases;
   };
 
   const Graph& graph_;
   std::vector<Step> steps_;
+  std::vector<int> slot_lists_;
   std::vector<int> output_slots_;
   std::size_t num_slots_ = 0;
 };
