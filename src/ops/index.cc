@@ -92,10 +92,10 @@ void gather_fixed_rows(const std::byte* src, Slab in_slab, std::span<const int64
 }
 
 // out[o, k, :] = in[o, indices[k], :]: the loop of index_select and embedding.
-// Rows are contiguous, so they are copied as bytes whatever the dtype. A
-// row of one element (a gather along the last dim, as rotary embeddings'
-// pair swap does) gets a loop of plain moves: a memcpy call per element
-// cost more than the rest of the op.
+// Rows are contiguous, so they are copied as bytes whatever the dtype.
+// Rows of 1, 2, 4 or 8 bytes (single elements: a gather along the last dim,
+// as rotary embeddings' pair swap does) get a loop of plain moves: a memcpy
+// call per element cost more than the rest of the op.
 DenseTensor select_rows(const DenseTensor& in, Slab in_slab, std::span<const int64_t> indices,
                         const TensorType& out_type) {
   DenseTensor out = DenseTensor::empty(out_type.dtype, out_type.shape);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <iterator>
 #include <bit>
 #include <cmath>
 #include <limits>
@@ -91,8 +92,16 @@ void for_each_broadcast_row(std::span<const int64_t> out_shape,
   }
   const std::size_t rank = out_shape.size();
   // Strides of each operand over the output's dims (0 where broadcast):
-  // operand i's stride of dim d at strides[i * rank + d].
-  Dims strides(count * rank, 0);
+  // operand i's stride of dim d at strides[i * rank + d]. On the stack for
+  // the usual few operands of rank <= 4 (a Dims of 8 or 12 would allocate).
+  int64_t local_strides[16];
+  Dims heap_strides;
+  int64_t* strides = local_strides;
+  if (count * rank > std::size(local_strides)) {
+    heap_strides.resize(count * rank);
+    strides = heap_strides.data();
+  }
+  std::fill_n(strides, count * rank, int64_t{0});
   for (std::size_t i = 0; i < count; ++i) {
     const Shape& shape = *operand_shapes[i];
     const Dims own = row_major_strides(shape);

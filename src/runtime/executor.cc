@@ -179,8 +179,13 @@ class DeviceRun {
                               std::count(instruction.inputs.begin(), instruction.inputs.end(), instruction.inputs[k]) > 1;
       inputs.push_back(read_again ? slots_[slot] : std::move(slots_[slot]));
     }
+    if (!instruction.args) throw Error(fmt::format("internal: {} has no bound arguments", instruction.op->full_name()));
     std::vector<DenseTensor> outputs = instruction.op->kernel(*instruction.args, inputs);
     inputs.clear();  // drop the references before the results are stored
+    if (outputs.size() != instruction.outputs.size()) {
+      throw Error(fmt::format("internal: {} returned {} results for {} outputs", instruction.op->full_name(),
+                              outputs.size(), instruction.outputs.size()));
+    }
     for (std::size_t i = 0; i < outputs.size(); ++i) {
       if (instruction.scale != 1) outputs[i] = scaled(outputs[i], instruction.scale);
       set(instruction, std::move(outputs[i]), i);

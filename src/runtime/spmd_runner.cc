@@ -80,7 +80,7 @@ void SpmdRunner::fetch_shards(std::vector<DenseTensor>& shards, const ShardLayou
   }
   // Every process contributes the shard of its device (zeros when the
   // layout does not include it) and takes the ones it lacks.
-  const Shape& shard_shape = layout.shard_shape;
+  const Shape shard_shape = layout.shard_shape;
   DenseTensor mine = DenseTensor::zeros(dtype, shard_shape);
   for (std::size_t i = 0; i < shards.size(); ++i) {
     if (layout.shards[i].device == process_->device && shards[i].defined()) mine = shards[i];

@@ -35,29 +35,12 @@ void Dims::grow(size_type wanted) {
 
 // Opens `count` slots at `at`, moving the extents after it back.
 void Dims::make_gap(size_type at, size_type count) {
+  if (count == 0) return;
   reserve(size_ + count);
   std::copy_backward(data_ + at, data_ + size_, data_ + size_ + count);
   size_ += count;
 }
 
-void Dims::release() {
-  if (on_heap()) delete[] data_;
-  data_ = inline_;
-  capacity_ = kInline;
-}
-
-void Dims::take(Dims& other) noexcept {
-  if (other.on_heap()) {
-    data_ = other.data_;
-    capacity_ = other.capacity_;
-  } else {
-    std::copy(other.inline_, other.inline_ + other.size_, inline_);
-  }
-  size_ = other.size_;
-  other.data_ = other.inline_;
-  other.size_ = 0;
-  other.capacity_ = kInline;
-}
 
 int64_t numel(std::span<const int64_t> shape) {
   int64_t count = 1;

@@ -16,6 +16,12 @@ GraphInterpreter::GraphInterpreter(const Graph& graph) : graph_(graph) {
   // Slots: the graph inputs first, then every node output in order.
   std::unordered_map<const Value*, int> slot;
   for (const Value* input : graph.inputs()) slot.emplace(input, static_cast<int>(slot.size()));
+  // Operand slots are stored shifted left by one (a hand-over bit below).
+  std::size_t values = graph.inputs().size();
+  for (const auto& node : graph.nodes()) values += node->outputs().size();
+  if (values >= (std::size_t{1} << 30)) {
+    throw Error(fmt::format("graph @{} has {} values; the interpreter handles fewer than 2^30", graph.name(), values));
+  }
   std::unordered_map<const Value*, std::size_t> last_use;  // node index; outputs are kept
   for (std::size_t n = 0; n < graph.nodes().size(); ++n) {
     for (const Value* input : graph.nodes()[n]->inputs()) last_use[input] = n;

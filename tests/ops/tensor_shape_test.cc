@@ -29,7 +29,7 @@ TEST(TensorShape, RandomEditsMatchStdVector) {
     std::vector<int64_t> reference;
     for (int step = 0; step < 60; ++step) {
       const auto value = static_cast<int64_t>(random() % 100);
-      switch (pick(11)) {
+      switch (pick(16)) {
         case 0:
         case 1:
           shape.push_back(value);
@@ -87,6 +87,40 @@ TEST(TensorShape, RandomEditsMatchStdVector) {
         case 9: {
           const sf::Shape& self = shape;
           shape = self;  // self-assignment keeps the extents
+          break;
+        }
+        case 10: {
+          // Copy into, then move into, targets that already hold values
+          // (inline or on the heap).
+          sf::Shape target(pick(2 * sf::Shape::kInline + 3), value);
+          target = shape;
+          shape = sf::Shape(pick(2 * sf::Shape::kInline + 3), value + 1);
+          shape = std::move(target);
+          break;
+        }
+        case 11: {
+          sf::Shape& alias = shape;
+          shape = std::move(alias);  // self-move keeps the extents
+          break;
+        }
+        case 12: {
+          const std::size_t at = pick(reference.size() + 1);
+          const std::size_t count = pick(9);
+          shape.insert(shape.begin() + at, count, value);
+          reference.insert(reference.begin() + static_cast<std::ptrdiff_t>(at), count, value);
+          break;
+        }
+        case 13:
+          if (!reference.empty()) {
+            const std::size_t at = pick(reference.size());
+            shape.erase(shape.begin() + at);
+            reference.erase(reference.begin() + static_cast<std::ptrdiff_t>(at));
+          }
+          break;
+        case 14: {
+          const std::size_t count = pick(2 * sf::Shape::kInline + 2);
+          shape.assign(count, value);
+          reference.assign(count, value);
           break;
         }
         default: {

@@ -53,7 +53,7 @@ struct Instruction {
   // kCompute: the op and its arguments for local shapes (tensor indices refer
   // to `inputs`).
   const OpDef* op = nullptr;
-  std::optional<OpArgs> args;  // bound once here, not on every run
+  std::optional<OpArgs> args;  // bound once by the partitioner, not on every run
   // kCollective: index into PartitionedProgram::collectives.
   int collective = -1;
   // Dims: the tensor dim a gather, scatter, slice or mask works on; for

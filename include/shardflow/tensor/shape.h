@@ -1,4 +1,5 @@
-// Tensor shapes: a list of non-negative extents, rank 0 upward.
+// Tensor shapes (a list of non-negative extents, rank 0 upward) and Dims,
+// the small vector that holds them and other per-dim values.
 #pragma once
 
 #include <algorithm>
@@ -13,11 +14,14 @@
 
 namespace shardflow {
 
-// One int64 per tensor dim (extents, strides, a permutation), with
-// std::vector's interface. Up to kInline values live in the object itself:
-// kernels and shape inference copy and build these for every op they run,
-// and a decode step runs a few hundred ops, where a heap allocation each
-// was a measurable share of the time.
+// One int64 per tensor dim (extents, strides, a permutation), with the
+// parts of std::vector's interface the code base uses. Up to kInline values
+// live in the object itself: kernels and shape inference copy and build
+// these for every op they run, and a decode step runs a few hundred ops,
+// where a heap allocation each was a measurable share of the time. Unlike
+// std::vector, moving a Dims of at most kInline values copies them, so
+// pointers to its elements do not follow a move; at() throws
+// shardflow::Error.
 class Dims {
  public:
   using value_type = int64_t;
@@ -43,7 +47,11 @@ class Dims {
   }
   // Interchangeable with the int lists of op arguments.
   Dims(const std::vector<int64_t>& extents) { assign(extents.begin(), extents.end()); }  // NOLINT
-  Dims(const Dims& other) { assign(other.begin(), other.end()); }
+  Dims(const Dims& other) {
+    reserve(other.size_);
+    std::copy(other.begin(), other.end(), data_);
+    size_ = other.size_;
+  }
   Dims(Dims&& other) noexcept { take(other); }
   ~Dims() { release(); }
 
@@ -138,6 +146,7 @@ class Dims {
   iterator erase(const_iterator first, const_iterator last) {
     const auto from = static_cast<size_type>(first - data_);
     const auto to = static_cast<size_type>(last - data_);
+    if (from == to) return data_ + from;
     std::copy(data_ + to, data_ + size_, data_ + from);
     size_ -= to - from;
     return data_ + from;
@@ -154,8 +163,24 @@ class Dims {
   bool on_heap() const { return data_ != inline_; }
   void grow(size_type wanted);
   void make_gap(size_type at, size_type count);
-  void release();
-  void take(Dims& other) noexcept;
+  // Inline: every tensor and type copy or move goes through these.
+  void release() {
+    if (on_heap()) delete[] data_;
+    data_ = inline_;
+    capacity_ = kInline;
+  }
+  void take(Dims& other) noexcept {
+    if (other.on_heap()) {
+      data_ = other.data_;
+      capacity_ = other.capacity_;
+    } else {
+      std::copy(other.inline_, other.inline_ + other.size_, inline_);
+    }
+    size_ = other.size_;
+    other.data_ = other.inline_;
+    other.size_ = 0;
+    other.capacity_ = kInline;
+  }
 
   int64_t* data_ = inline_;
   size_type size_ = 0;
