@@ -79,14 +79,18 @@ Slab slab(const Shape& shape, int64_t dim) {
   return s;
 }
 
-// Rows of kRow bytes (a fixed-size memcpy compiles to one move).
+// The rows of select_rows, `row` bytes each. kRow is `row` when it is a
+// small power of two known here (a fixed-size memcpy compiles to one move),
+// else 0.
 template <std::size_t kRow>
-void gather_fixed_rows(const std::byte* src, Slab in_slab, std::span<const int64_t> indices, std::byte* dst) {
+void gather_rows(const std::byte* src, Slab in_slab, std::span<const int64_t> indices, std::size_t row,
+                 std::byte* dst) {
+  const std::size_t size = kRow != 0 ? kRow : row;
   for (int64_t o = 0; o < in_slab.outer; ++o) {
-    const std::byte* slab = src + static_cast<std::size_t>(o * in_slab.size) * kRow;
+    const std::byte* slab = src + static_cast<std::size_t>(o * in_slab.size) * size;
     for (int64_t k : indices) {
-      std::memcpy(dst, slab + static_cast<std::size_t>(k) * kRow, kRow);
-      dst += kRow;
+      std::memcpy(dst, slab + static_cast<std::size_t>(k) * size, size);
+      dst += size;
     }
   }
 }
@@ -103,17 +107,11 @@ DenseTensor select_rows(const DenseTensor& in, Slab in_slab, std::span<const int
   const std::byte* src = in.data();
   std::byte* dst = out.data();
   switch (row) {
-    case 1: gather_fixed_rows<1>(src, in_slab, indices, dst); return out;
-    case 2: gather_fixed_rows<2>(src, in_slab, indices, dst); return out;
-    case 4: gather_fixed_rows<4>(src, in_slab, indices, dst); return out;
-    case 8: gather_fixed_rows<8>(src, in_slab, indices, dst); return out;
-    default: break;
-  }
-  for (int64_t o = 0; o < in_slab.outer; ++o) {
-    for (int64_t k : indices) {
-      std::memcpy(dst, src + static_cast<std::size_t>(o * in_slab.size + k) * row, row);
-      dst += row;
-    }
+    case 1: gather_rows<1>(src, in_slab, indices, row, dst); break;
+    case 2: gather_rows<2>(src, in_slab, indices, row, dst); break;
+    case 4: gather_rows<4>(src, in_slab, indices, row, dst); break;
+    case 8: gather_rows<8>(src, in_slab, indices, row, dst); break;
+    default: gather_rows<0>(src, in_slab, indices, row, dst); break;
   }
   return out;
 }

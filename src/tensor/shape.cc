@@ -7,14 +7,9 @@
 
 namespace shardflow {
 
-int64_t& Dims::at(size_type i) {
+Dims::size_type Dims::checked(size_type i) const {
   if (i >= size_) throw Error(fmt::format("dim {} of a rank-{} shape", i, size_));
-  return data_[i];
-}
-
-const int64_t& Dims::at(size_type i) const {
-  if (i >= size_) throw Error(fmt::format("dim {} of a rank-{} shape", i, size_));
-  return data_[i];
+  return i;
 }
 
 Dims::iterator Dims::insert(const_iterator position, size_type count, int64_t value) {
@@ -40,7 +35,6 @@ void Dims::make_gap(size_type at, size_type count) {
   std::copy_backward(data_ + at, data_ + size_, data_ + size_ + count);
   size_ += count;
 }
-
 
 int64_t numel(std::span<const int64_t> shape) {
   int64_t count = 1;

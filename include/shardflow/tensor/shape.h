@@ -47,11 +47,7 @@ class Dims {
   }
   // Interchangeable with the int lists of op arguments.
   Dims(const std::vector<int64_t>& extents) { assign(extents.begin(), extents.end()); }  // NOLINT
-  Dims(const Dims& other) {
-    reserve(other.size_);
-    std::copy(other.begin(), other.end(), data_);
-    size_ = other.size_;
-  }
+  Dims(const Dims& other) { assign(other.begin(), other.end()); }
   Dims(Dims&& other) noexcept { take(other); }
   ~Dims() { release(); }
 
@@ -81,8 +77,14 @@ class Dims {
   template <std::input_iterator It>
   void assign(It first, It last) {
     clear();
-    if constexpr (std::forward_iterator<It>) reserve(static_cast<size_type>(std::distance(first, last)));
-    for (; first != last; ++first) push_back(*first);
+    if constexpr (std::forward_iterator<It>) {
+      const auto count = static_cast<size_type>(std::distance(first, last));
+      reserve(count);
+      std::copy(first, last, data_);
+      size_ = count;
+    } else {
+      for (; first != last; ++first) push_back(*first);
+    }
   }
 
   size_type size() const { return size_; }
@@ -104,8 +106,8 @@ class Dims {
 
   int64_t& operator[](size_type i) { return data_[i]; }
   const int64_t& operator[](size_type i) const { return data_[i]; }
-  int64_t& at(size_type i);
-  const int64_t& at(size_type i) const;
+  int64_t& at(size_type i) { return data_[checked(i)]; }
+  const int64_t& at(size_type i) const { return data_[checked(i)]; }
   int64_t& front() { return data_[0]; }
   const int64_t& front() const { return data_[0]; }
   int64_t& back() { return data_[size_ - 1]; }
@@ -161,6 +163,7 @@ class Dims {
 
  private:
   bool on_heap() const { return data_ != inline_; }
+  size_type checked(size_type i) const;  // i, or throws when out of range
   void grow(size_type wanted);
   void make_gap(size_type at, size_type count);
   // Inline: every tensor and type copy or move goes through these.
