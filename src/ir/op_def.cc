@@ -64,6 +64,13 @@ const std::vector<int>& OpArgs::tensor_list(std::string_view name) const {
   return slot(name).tensors;
 }
 
+bool reinterprets_operand(const OpDef& op, const OpArgs& args, std::span<const TensorType> inputs,
+                          std::span<const TensorType> outputs) {
+  if (!op.keeps_element_order || inputs.size() != 1 || outputs.size() != 1) return false;
+  if (inputs[0].dtype != outputs[0].dtype || numel(inputs[0].shape) != numel(outputs[0].shape)) return false;
+  return op.keeps_element_order(args, inputs, outputs);
+}
+
 void OpRegistry::add(std::string_view schema_text, OpDef def) {
   def.schema = FunctionSchema::parse(schema_text);
   if (find(def.schema.full_name()) != nullptr) {

@@ -346,6 +346,9 @@ OpDef same_bytes_def(ShapeOf shape_of) {
     const DenseTensor& self = input(args, in);
     return std::vector<DenseTensor>{self.reshaped(shape_of(args, self.shape()))};
   };
+  def.keeps_element_order = [](const OpArgs&, std::span<const TensorType>, std::span<const TensorType>) {
+    return true;
+  };
   return def;
 }
 
@@ -483,6 +486,18 @@ void add_permute(OpRegistry& r, std::string_view schema, PermOf perm_of) {
     }
     return std::vector<DenseTensor>{view_or_copy(self, view)};
   };
+  // Moving size-1 dims around keeps the order: [B,1,H,D] -> [B,H,1,D].
+  def.keeps_element_order = [perm_of](const OpArgs& args, std::span<const TensorType> in,
+                                      std::span<const TensorType>) {
+    const TensorType& self = input(args, in);
+    int64_t previous = -1;
+    for (int64_t d : perm_of(args, self.rank())) {
+      if (self.shape[to_index(d)] == 1) continue;
+      if (d < previous) return false;
+      previous = d;
+    }
+    return true;
+  };
   r.add(schema, std::move(def));
 }
 
@@ -568,6 +583,11 @@ void register_expand(OpRegistry& registry) {
       view.strides.push_back(same ? strides[to_index(d)] : 0);  // 0: repeat
     }
     return std::vector<DenseTensor>{view_or_copy(self, view)};
+  };
+  // With the element count unchanged (reinterprets_operand checks it) no dim
+  // grows: only leading size-1 dims are added.
+  def.keeps_element_order = [](const OpArgs&, std::span<const TensorType>, std::span<const TensorType>) {
+    return true;
   };
   def.output_shape_arg = "size";
   registry.add("aten::expand(Tensor(a) self, SymInt[] size, *, bool implicit=False) -> Tensor(a)",

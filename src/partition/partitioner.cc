@@ -494,6 +494,12 @@ class Partitioner {
       results.push_back(std::move(rep));
     }
     compute.args.emplace(op.schema, std::move(local_args));
+    if (compute.scale == 1) {
+      std::vector<TensorType> local_inputs, local_outputs;
+      for (int slot : compute.inputs) local_inputs.push_back(builder_.slot_type(slot));
+      for (int slot : compute.outputs) local_outputs.push_back(builder_.slot_type(slot));
+      compute.reinterprets = reinterprets_operand(op, *compute.args, local_inputs, local_outputs);
+    }
     builder_.emit(std::move(compute));
     for (std::size_t r = 0; r < node.outputs().size(); ++r) {
       const Value* output = node.outputs()[r];

@@ -171,6 +171,10 @@ class DeviceRun {
   }
 
   void compute(const Instruction& instruction) {
+    if (instruction.reinterprets) {
+      set(instruction, in(instruction).reshaped(out_type(instruction).shape));
+      return;
+    }
     std::vector<DenseTensor>& inputs = operands_;
     inputs.clear();
     for (std::size_t k = 0; k < instruction.inputs.size(); ++k) {

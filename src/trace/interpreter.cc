@@ -38,7 +38,14 @@ GraphInterpreter::GraphInterpreter(const Graph& graph) : graph_(graph) {
     }
     Step step{&node, &node.op().kernel, node.op_args(), static_cast<uint32_t>(slot_lists_.size()),
               static_cast<uint32_t>(operands.size()), static_cast<uint32_t>(node.outputs().size()),
-              static_cast<uint32_t>(releases.size())};
+              static_cast<uint32_t>(releases.size()), -1};
+    std::vector<TensorType> input_types, output_types;
+    for (const Value* input : node.inputs()) input_types.push_back(input->type());
+    for (const Value* output : node.outputs()) output_types.push_back(output->type());
+    if (reinterprets_operand(node.op(), step.args, input_types, output_types)) {
+      step.new_shape = static_cast<int32_t>(new_shapes_.size());
+      new_shapes_.push_back(output_types[0].shape);
+    }
     for (int operand : operands) {
       const bool last = std::find(releases.begin(), releases.end(), operand) != releases.end();
       const bool handed_over = last && std::count(operands.begin(), operands.end(), operand) == 1;
@@ -71,7 +78,7 @@ std::vector<DenseTensor> GraphInterpreter::run(std::vector<DenseTensor> inputs, 
     }
     slots[i] = std::move(inputs[i]);
   }
-  std::vector<DenseTensor> operands;
+  std::vector<DenseTensor> operands, results;
   detail::RunTimes times;
   for (const Step& step : steps_) {
     const int* lists = slot_lists_.data() + step.first_operand;
@@ -81,11 +88,15 @@ std::vector<DenseTensor> GraphInterpreter::run(std::vector<DenseTensor> inputs, 
       operands.push_back((lists[k] & 1) != 0 ? std::move(slot) : slot);
     }
     lists += step.num_operands;
-    std::vector<DenseTensor> results;
     using Clock = std::chrono::steady_clock;
     const Clock::time_point start = profile ? Clock::now() : Clock::time_point();
     try {
-      results = (*step.kernel)(step.args, operands);
+      if (step.new_shape >= 0) {
+        results.clear();
+        results.push_back(operands[0].reshaped(new_shapes_[static_cast<std::size_t>(step.new_shape)]));
+      } else {
+        results = (*step.kernel)(step.args, operands);
+      }
     } catch (const Error& error) {
       throw Error(fmt::format("{}: {}", print_node(*step.node), error.what()));
     }

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstring>
 
 namespace shardflow::testing_util {
 
@@ -32,6 +33,14 @@ OpRun run_op(const std::string& name, const std::vector<TestArg>& args) {
   run.inferred = op->infer(bound, types);
   run.rule = op->sharding_rule(bound, types, run.inferred);
   run.outputs = op->kernel(bound, tensors);
+  run.reinterprets = reinterprets_operand(*op, bound, types, run.inferred);
+  if (run.reinterprets && run.outputs.size() == 1) {
+    const DenseTensor& in = tensors.at(0);
+    const DenseTensor& out = run.outputs[0];
+    EXPECT_TRUE(out.nbytes() == in.nbytes() && std::memcmp(out.data(), in.data(), in.nbytes()) == 0)
+        << op->full_name() << " on " << shape_to_string(in.shape())
+        << ": the op says it keeps its operand's element order, but the kernel's bytes differ";
+  }
   EXPECT_EQ(run.outputs.size(), run.inferred.size()) << op->full_name();
   for (std::size_t i = 0; i < run.outputs.size() && i < run.inferred.size(); ++i) {
     EXPECT_EQ((TensorType{run.outputs[i].dtype(), run.outputs[i].shape()}), run.inferred[i])

@@ -62,10 +62,14 @@ struct OpRun {
   std::vector<DenseTensor> outputs;
   std::vector<TensorType> inferred;
   OpShardingRule rule;
+  // reinterprets_operand for this call: the interpreter and the executor
+  // would skip the kernel and reuse the operand's buffer.
+  bool reinterprets = false;
 };
 
 // Binds, infers, builds the sharding rule, runs the kernel; fails the test
-// when inference and kernel disagree or the rule does not fit the shapes.
+// when inference and kernel disagree, the rule does not fit the shapes, or
+// the op claims to reinterpret its operand while the kernel changes its bytes.
 OpRun run_op(const std::string& name, const std::vector<TestArg>& args);
 
 // The single output of run_op.

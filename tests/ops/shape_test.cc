@@ -7,6 +7,8 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <numeric>
+#include <random>
 
 #include "op_test_util.h"
 #include "shardflow/base/error.h"
@@ -215,6 +217,61 @@ TEST(ShapeOps, SharesTheBufferWhenTheBytesAreUnchanged) {
   EXPECT_FALSE(shares("aten::slice", {2, 1}));
   EXPECT_FALSE(shares("aten::select", {0, 1}));
   EXPECT_FALSE(call("aten::stack", {std::vector<sf::DenseTensor>{x}}).data() == x.data());
+}
+
+// The interpreter and the executor skip the kernel of a call that
+// reinterprets its operand. Over random shapes with size-1 dims (distinct
+// element values, so a reordering shows), the claim must hold exactly when
+// the kernel's bytes are the operand's: never wrong, and not missed for the
+// moves of size-1 dims that decode steps are full of.
+TEST(ShapeOps, ReinterpretsExactlyWhenTheKernelKeepsTheBytes) {
+  std::mt19937 rng(11);
+  const auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  int reinterpreted = 0, reordered = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    sf::Shape shape;
+    for (int d = pick(0, 5); d > 0; --d) shape.push_back(pick(0, 1) ? 1 : pick(2, 3));
+    std::vector<float> values(static_cast<std::size_t>(sf::numel(shape)));
+    for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
+    const sf::DenseTensor x = from_floats(values, shape);
+    const auto rank = static_cast<int64_t>(shape.size());
+    std::vector<TestArg> args{x};
+    std::string op;
+    switch (pick(0, 3)) {
+      case 0: {
+        std::vector<int64_t> perm(shape.size());
+        std::iota(perm.begin(), perm.end(), 0);
+        std::shuffle(perm.begin(), perm.end(), rng);
+        op = "aten::permute";
+        args.push_back(perm);
+        break;
+      }
+      case 1:
+        op = "aten::transpose";
+        args.push_back(rank == 0 ? 0 : pick(0, static_cast<int>(rank) - 1));
+        args.push_back(rank == 0 ? 0 : pick(0, static_cast<int>(rank) - 1));
+        break;
+      case 2: {  // grow some size-1 dims, or only add leading ones
+        std::vector<int64_t> sizes(static_cast<std::size_t>(pick(0, 2)), 1);
+        for (int64_t d : shape) sizes.push_back(d == 1 && pick(0, 1) ? pick(1, 3) : d);
+        op = "aten::expand";
+        args.push_back(sizes);
+        break;
+      }
+      default:
+        op = "aten::unsqueeze";
+        args.push_back(pick(0, static_cast<int>(rank)));
+        break;
+    }
+    const OpRun run = run_op(op, args);
+    const sf::DenseTensor& out = run.outputs.at(0);
+    const bool same_bytes = out.nbytes() == x.nbytes() && std::memcmp(out.data(), x.data(), x.nbytes()) == 0;
+    EXPECT_EQ(run.reinterprets, same_bytes) << op << " on " << sf::shape_to_string(shape) << " -> "
+                                            << sf::shape_to_string(out.shape());
+    (run.reinterprets ? reinterpreted : reordered) += 1;
+  }
+  EXPECT_GT(reinterpreted, 100);  // both kinds were drawn
+  EXPECT_GT(reordered, 50);
 }
 
 // ------------------------------------------------------------ cat, stack

@@ -116,4 +116,29 @@ TEST(Execution, PartialSumThroughTransposeOnACustomDeviceOrder) {
   expect_same(text, runtime, {sf::randn({3, 5, 5}, 1), sf::randn({5, 5}, 2)});
 }
 
+// A transpose that reorders the global tensor but, on each device's shard,
+// moves only a dim of local size 1: the executor reuses the shard's buffer
+// (no kernel), and the result is still the single-device one.
+TEST(Execution, TransposeKeepingTheLocalOrderReusesTheShard) {
+  sf::Runtime runtime = sf::Runtime::local(2);
+  const std::string mesh = R"M([0, 1], "(2,)", "('x',)")M";
+  const std::string text = "func @f(%x: f32[2,3,4]) -> (f32[3,2,4], f32[2,4,3]) {\n"
+                           "  %a = " + annotate("x", "('x', None, None)", "f32[2,3,4]", mesh) + "\n"
+                           "  %t = aten::transpose.int(%a, 0, 1) : f32[3,2,4]\n"
+                           "  %e = aten::exp(%t) : f32[3,2,4]\n"
+                           "  %u = aten::transpose.int(%a, 1, 2) : f32[2,4,3]\n"
+                           "  return %e, %u\n}\n";
+  expect_same(text, runtime, {sf::randn({2, 3, 4}, 1)});
+
+  const sf::Graph graph = sf::parse_graph(text);
+  const sf::PartitionedProgram program = sf::partition_graph(graph, sf::propagate_shardings(graph));
+  std::vector<bool> reinterprets;
+  for (const sf::Instruction& instruction : program.instructions) {
+    if (instruction.kind == sf::InstructionKind::kCompute && instruction.op->full_name() == "aten::transpose.int") {
+      reinterprets.push_back(instruction.reinterprets);
+    }
+  }
+  EXPECT_EQ(reinterprets, (std::vector<bool>{true, false}));  // [1,3,4] -> [3,1,4]; [1,3,4] -> [1,4,3]
+}
+
 }  // namespace

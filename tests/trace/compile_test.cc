@@ -289,3 +289,29 @@ TEST(Compile, DonatedInputIsUpdatedInPlaceAndUsedUp) {
   EXPECT_EQ(kept.to_floats(), std::vector<float>(6, 0.0f));
   EXPECT_EQ(result.to_floats(), (std::vector<float>{0, 0, 7, 8, 0, 0}));
 }
+
+// Views on the way (a reshape here; transposes of size-1 dims in LLaMA's
+// cache updates) run without a kernel and pass the donated buffer on, so the
+// update still happens in place; a kept handle still sees no change.
+TEST(Compile, DonatedInputThroughAViewIsUpdatedInPlace) {
+  sf::CompiledFunction step(
+      [](const std::vector<sf::Tensor>& in) {
+        const sf::Tensor rows = in[0].reshape({3, 1, 2}).transpose(0, 1).squeeze(0);
+        return std::vector<sf::Tensor>{sf::index_copy(rows, 0, in[1], in[2]).reshape({6})};
+      },
+      "flat_cache_update");
+  step.donate_inputs({0});
+  const sf::Tensor index = sf::Tensor::from_ints(std::vector<int64_t>{2}, {1});
+  const sf::Tensor row = sf::Tensor::from_floats(std::vector<float>{7, 8}, {1, 2});
+
+  sf::Tensor cache = sf::zeros({6});
+  const float* before = cache.value().data_as<float>();
+  std::vector<sf::Tensor> inputs{std::move(cache), index, row};
+  const sf::Tensor updated = step.call(inputs)[0];
+  EXPECT_EQ(updated.to_floats(), (std::vector<float>{0, 0, 0, 0, 7, 8}));
+  EXPECT_EQ(updated.value().data_as<float>(), before);
+
+  const sf::Tensor kept = sf::zeros({6});
+  EXPECT_EQ(step.call({kept, index, row})[0].to_floats(), (std::vector<float>{0, 0, 0, 0, 7, 8}));
+  EXPECT_EQ(kept.to_floats(), std::vector<float>(6, 0.0f));
+}

@@ -71,6 +71,8 @@ using RuleFn = std::function<OpShardingRule(const OpArgs&, std::span<const Tenso
                                             std::span<const TensorType> outputs)>;
 using KernelFn =
     std::function<std::vector<DenseTensor>(const OpArgs&, std::span<const DenseTensor>)>;
+using KeepsOrderFn = std::function<bool(const OpArgs&, std::span<const TensorType> inputs,
+                                        std::span<const TensorType> outputs)>;
 
 // How an op treats operands that are unreduced partial sums (the result of
 // contracting a sharded dim, before its all-reduce): whether it may compute on
@@ -102,9 +104,21 @@ struct OpDef {
   // The argument that holds the result's shape (reshape's "shape", expand's
   // "size"): the partitioner rewrites it to the local (per-device) shape.
   std::string output_shape_arg;
+  // Movement ops: whether, for these operand and result types, the result
+  // holds the operand's elements in the same row-major order (reshape
+  // always; transpose when only size-1 dims move). Such a call needs no
+  // kernel: the interpreter and the executor give the result the operand's
+  // buffer under the result's shape (see reinterprets_operand). Unset: never.
+  KeepsOrderFn keeps_element_order;
 
   std::string full_name() const { return schema.full_name(); }
 };
+
+// Whether a call of `op` with these tensor types is its one operand's buffer
+// under its one result's shape: the op's keeps_element_order says so, and
+// the dtypes and element counts agree.
+bool reinterprets_operand(const OpDef& op, const OpArgs& args, std::span<const TensorType> inputs,
+                          std::span<const TensorType> outputs);
 
 // Every registered op, by full name ("aten::add.Tensor"). Filled by
 // ops::register_all_ops(); nothing registers itself at static-init time.

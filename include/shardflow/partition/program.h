@@ -54,6 +54,10 @@ struct Instruction {
   // to `inputs`).
   const OpDef* op = nullptr;
   std::optional<OpArgs> args;  // bound once by the partitioner, not on every run
+  // The op only reinterprets its operand on the local shapes
+  // (reinterprets_operand): the output is the input's buffer under the
+  // output slot's shape, without a kernel call.
+  bool reinterprets = false;
   // kCollective: index into PartitionedProgram::collectives.
   int collective = -1;
   // Dims: the tensor dim a gather, scatter, slice or mask works on; for

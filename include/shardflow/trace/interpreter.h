@@ -41,10 +41,15 @@ class GraphInterpreter {
     // handed_over means this is the slot's last reader and reads it once;
     // then results; then the slots whose last reader this is.
     uint32_t first_operand, num_operands, num_results, num_releases;
+    // Into new_shapes_ when the node only reinterprets its operand
+    // (reinterprets_operand): the result is the operand's buffer under that
+    // shape and the kernel is not called. -1 otherwise.
+    int32_t new_shape;
   };
 
   const Graph& graph_;
   std::vector<Step> steps_;
+  std::vector<Shape> new_shapes_;
   std::vector<int> slot_lists_;
   std::vector<int> output_slots_;
   std::size_t num_slots_ = 0;
