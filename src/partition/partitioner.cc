@@ -522,10 +522,33 @@ class Partitioner {
 
 }  // namespace
 
+namespace {
+
+// Found once here rather than by every device on every run.
+void assign_releases(PartitionedProgram& program) {
+  std::vector<int64_t> last_reader(program.slots.size(), -1);
+  for (std::size_t i = 0; i < program.instructions.size(); ++i) {
+    for (int slot : program.instructions[i].inputs) last_reader[static_cast<std::size_t>(slot)] = static_cast<int64_t>(i);
+  }
+  for (int slot : program.output_slots) last_reader[static_cast<std::size_t>(slot)] = -1;
+  for (std::size_t i = 0; i < program.instructions.size(); ++i) {
+    Instruction& instruction = program.instructions[i];
+    for (int slot : instruction.inputs) {
+      const bool last = last_reader[static_cast<std::size_t>(slot)] == static_cast<int64_t>(i);
+      if (last && std::find(instruction.releases.begin(), instruction.releases.end(), slot) == instruction.releases.end()) {
+        instruction.releases.push_back(slot);
+      }
+    }
+  }
+}
+
+}  // namespace
+
 PartitionedProgram partition_graph(const Graph& graph, const PropagationResult& shardings) {
   PartitionedProgram program;
   program.mesh = shardings.mesh();
   Partitioner(graph, shardings, program).run();
+  assign_releases(program);
   return program;
 }
 

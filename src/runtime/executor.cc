@@ -78,19 +78,8 @@ class DeviceRun {
   std::vector<DenseTensor>& slots() { return slots_; }
 
   void execute() {
-    // A value is dropped after its last reader, so a device holds only the
-    // activations still ahead of it (what device_memory() reports), and the
-    // last reader gets it as the sole holder when nothing else shares it.
-    last_reader_.assign(slots_.size(), -1);
-    const auto& instructions = program_.instructions;
-    for (std::size_t i = 0; i < instructions.size(); ++i) {
-      for (int slot : instructions[i].inputs) last_reader_[static_cast<std::size_t>(slot)] = static_cast<int64_t>(i);
-    }
-    for (int slot : program_.output_slots) last_reader_[static_cast<std::size_t>(slot)] = -1;
     using Clock = std::chrono::steady_clock;
-    for (std::size_t i = 0; i < instructions.size(); ++i) {
-      const Instruction& instruction = instructions[i];
-      current_ = static_cast<int64_t>(i);
+    for (const Instruction& instruction : program_.instructions) {
       const Clock::time_point start = timed_ ? Clock::now() : Clock::time_point();
       switch (instruction.kind) {
         case InstructionKind::kCompute: compute(instruction); break;
@@ -102,11 +91,8 @@ class DeviceRun {
         times_.add(profile_key(instruction), std::chrono::duration<double>(Clock::now() - start).count(),
                    [&] { return profile_name(instruction); });
       }
-      for (int slot : instruction.inputs) {
-        if (last_reader_[static_cast<std::size_t>(slot)] == static_cast<int64_t>(i)) {
-          slots_[static_cast<std::size_t>(slot)] = DenseTensor();
-        }
-      }
+      // What device_memory() reports is then what is still ahead.
+      for (int slot : instruction.releases) slots_[static_cast<std::size_t>(slot)] = DenseTensor();
     }
   }
 
@@ -178,10 +164,12 @@ class DeviceRun {
     std::vector<DenseTensor>& inputs = operands_;
     inputs.clear();
     for (std::size_t k = 0; k < instruction.inputs.size(); ++k) {
-      const auto slot = static_cast<std::size_t>(instruction.inputs[k]);
-      const bool read_again = last_reader_[slot] != current_ ||
-                              std::count(instruction.inputs.begin(), instruction.inputs.end(), instruction.inputs[k]) > 1;
-      inputs.push_back(read_again ? slots_[slot] : std::move(slots_[slot]));
+      const int slot = instruction.inputs[k];
+      const bool handed_over =
+          std::find(instruction.releases.begin(), instruction.releases.end(), slot) != instruction.releases.end() &&
+          std::count(instruction.inputs.begin(), instruction.inputs.end(), slot) == 1;
+      inputs.push_back(handed_over ? std::move(slots_[static_cast<std::size_t>(slot)])
+                                   : slots_[static_cast<std::size_t>(slot)]);
     }
     if (!instruction.args) throw Error(fmt::format("internal: {} has no bound arguments", instruction.op->full_name()));
     std::vector<DenseTensor> outputs = instruction.op->kernel(*instruction.args, inputs);
@@ -346,8 +334,6 @@ class DeviceRun {
   std::vector<int64_t> coords_;
   std::vector<DenseTensor> slots_;
   std::vector<DenseTensor> operands_;  // compute()'s, kept to reuse its allocation
-  std::vector<int64_t> last_reader_;  // per slot: the last instruction reading it (-1: kept)
-  int64_t current_ = -1;
   std::map<std::vector<int>, DeviceGroup> groups_;
 };
 

@@ -196,6 +196,28 @@ namespace {
   return ::testing::AssertionSuccess();
 }
 
+// Each slot a program reads is dropped once, right after its last reader;
+// program outputs never are.
+::testing::AssertionResult releases_follow_last_reads(const sf::PartitionedProgram& program) {
+  std::map<int, std::size_t> last_read, released_at;
+  for (std::size_t i = 0; i < program.instructions.size(); ++i) {
+    for (int slot : program.instructions[i].inputs) last_read[slot] = i;
+    for (int slot : program.instructions[i].releases) {
+      if (!released_at.emplace(slot, i).second) return ::testing::AssertionFailure() << "slot " << slot << " released twice";
+    }
+  }
+  for (int slot : program.output_slots) last_read.erase(slot);
+  for (const auto& [slot, i] : last_read) {
+    const auto found = released_at.find(slot);
+    if (found == released_at.end() || found->second != i) {
+      return ::testing::AssertionFailure() << "slot " << slot << " last read by instruction " << i << " but released "
+                                           << (found == released_at.end() ? "never" : "after " + std::to_string(found->second));
+    }
+  }
+  if (released_at.size() != last_read.size()) return ::testing::AssertionFailure() << "an output or unread slot is released";
+  return ::testing::AssertionSuccess();
+}
+
 TEST(Differential, ShardedResultEqualsSingleDeviceResult) {
   constexpr uint32_t kCases = 1000;
   // One runtime per device count, so group the cases by their mesh size.
@@ -217,6 +239,7 @@ TEST(Differential, ShardedResultEqualsSingleDeviceResult) {
       try {
         const sf::PropagationResult shardings = sf::propagate_shardings(graph);
         const sf::PartitionedProgram program = sf::partition_graph(graph, shardings);
+        EXPECT_TRUE(releases_follow_last_reads(program)) << "seed " << seed;
         std::vector<sf::DenseTensor> values;
         for (const sf::Tensor& input : c.inputs()) values.push_back(input.value());
         const std::vector<sf::DenseTensor> expected = sf::run_graph(graph, values);

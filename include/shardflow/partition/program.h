@@ -69,6 +69,11 @@ struct Instruction {
   std::vector<int> axes_after;     // and after
   double fill = 0;                 // kMaskPadding
   double scale = 1;                // kCompute: multiply the result by it (mean over a sharded dim)
+  // Input slots this instruction reads last (program outputs never): a device
+  // drops them after it, so it holds only the values still ahead of it, and
+  // a compute instruction that reads such a slot once takes it as the sole
+  // holder (a donated KV cache is updated in place).
+  std::vector<int> releases;
 };
 
 struct PartitionedProgram {
