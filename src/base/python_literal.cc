@@ -244,7 +244,7 @@ class LiteralParser {
     if (c == '(') return parse_parenthesised(depth);
     if (c == '[') return parse_list(depth);
     if (c == '{') return parse_dict(depth);
-    if (c == '\'' || c == '"') return parse_strings();
+    if (c == '\'' || c == '"' || string_prefix_length() > 0) return parse_strings();
     if (c == '-' || c == '+') return parse_signed();
     if (is_digit(c) || c == '.') return parse_number(false);
     if (is_identifier_start(c)) return parse_name();
@@ -373,11 +373,27 @@ class LiteralParser {
     return static_cast<int64_t>(magnitude);
   }
 
+  // The length of a string prefix (r, u, b, f and their pairs, any case)
+  // right before a quote at the current position; 0 if there is none.
+  std::size_t string_prefix_length() const {
+    std::size_t n = 0;
+    while (pos_ + n < text_.size() && n < 2 && std::string_view("rRuUbBfF").find(text_[pos_ + n]) != std::string_view::npos) {
+      ++n;
+    }
+    if (n == 0 || pos_ + n >= text_.size() || (text_[pos_ + n] != '\'' && text_[pos_ + n] != '"')) return 0;
+    std::string prefix;
+    for (std::size_t i = 0; i < n; ++i) prefix += static_cast<char>(text_[pos_ + i] | 0x20);
+    for (std::string_view valid : {"r", "u", "b", "f", "br", "rb", "fr", "rf"}) {
+      if (prefix == valid) return n;
+    }
+    return 0;
+  }
+
   // One or more adjacent string literals, concatenated as Python does.
   PyValue parse_strings() {
     std::string value = parse_one_string();
     skip_space();
-    while (peek() == '\'' || peek() == '"') {
+    while (peek() == '\'' || peek() == '"' || string_prefix_length() > 0) {
       value += parse_one_string();
       skip_space();
     }
@@ -385,8 +401,17 @@ class LiteralParser {
   }
 
   std::string parse_one_string() {
-    const char quote = peek();
     const std::size_t start = pos_;
+    const std::size_t prefix_length = string_prefix_length();
+    std::string prefix;
+    for (std::size_t i = 0; i < prefix_length; ++i) prefix += static_cast<char>(text_[pos_ + i] | 0x20);
+    if (prefix.find('b') != std::string::npos) {
+      fail_message(start, "bytes literals (b'...') are not supported here; write a str");
+    }
+    if (prefix.find('f') != std::string::npos) fail_message(start, "an f-string is not a literal");
+    const bool raw = prefix.find('r') != std::string::npos;
+    pos_ += prefix_length;
+    const char quote = peek();
     ++pos_;
     std::string out;
     while (true) {
@@ -404,6 +429,14 @@ class LiteralParser {
       }
       ++pos_;
       if (at_end()) fail_message(start, "unterminated string literal");
+      if (raw) {
+        // A backslash stays, and keeps the next character (a quote too)
+        // from ending the string.
+        out += '\\';
+        if (text_[pos_] == '\n') fail_message(start, "unterminated string literal (a newline inside quotes)");
+        out += text_[pos_++];
+        continue;
+      }
       read_escape(out);
     }
   }
@@ -426,6 +459,9 @@ class LiteralParser {
       case 'x': append_code_point(out, read_hex(2, escape_pos), escape_pos); return;
       case 'u': append_code_point(out, read_hex(4, escape_pos), escape_pos); return;
       case 'U': append_code_point(out, read_hex(8, escape_pos), escape_pos); return;
+      case 'N':  // Python looks the name up in the Unicode database
+        fail_message(escape_pos, "\\N{...} escapes (Unicode character names) are not supported; write the "
+                                 "character itself or a \\u escape");
       default: break;
     }
     if (c >= '0' && c <= '7') {

@@ -19,7 +19,8 @@
 
 namespace shardflow::partition_detail {
 
-static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// Without forming a + b - 1, which overflows for sizes near 2^63.
+static int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
 
 int ProgramBuilder::new_slot(const TensorType& local_type) {
   program_.slots.push_back(local_type);

@@ -52,12 +52,10 @@ Mesh::Mesh(std::vector<int64_t> device_ids, std::vector<int64_t> mesh_shape,
       throw Error(fmt::format("Number of axis names ({}) must match mesh dimensions ({})",
                               axis_names_.size(), mesh_shape_.size()));
     }
-    for (std::size_t i = 0; i < axis_names_.size(); ++i) {
-      for (std::size_t j = 0; j < i; ++j) {
-        if (axis_names_[i] == axis_names_[j]) {
-          throw Error("Axis names must be unique, got: " + python_str_tuple(axis_names_));
-        }
-      }
+    std::vector<std::string_view> sorted(axis_names_.begin(), axis_names_.end());
+    std::sort(sorted.begin(), sorted.end());
+    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+      throw Error("Axis names must be unique, got: " + python_str_tuple(axis_names_));
     }
   }
   for (int64_t extent : mesh_shape_) {
@@ -85,6 +83,13 @@ Mesh::Mesh(std::vector<int64_t> device_ids, std::vector<int64_t> mesh_shape,
   // Python does not reject negative ids; shardflow does.
   if (!sorted_ids.empty() && sorted_ids.front() < 0) {
     throw Error("Device IDs must be non-negative, got: " + numpy_int_array(device_ids_));
+  }
+  // Where PyTorch/XLA's numpy reshape of the ids would fail, after
+  // its own checks.
+  if (mesh_shape_.size() > kMaxMeshAxes) {
+    throw Error(fmt::format("Mesh shape has {} dims; a mesh has at most {} (numpy arrays, which hold "
+                            "PyTorch/XLA's device mesh, have at most {} dims)",
+                            mesh_shape_.size(), kMaxMeshAxes, kMaxMeshAxes));
   }
   // Unique ids in [0, size) are a permutation of 0..size-1.
   position_of_device_.resize(static_cast<std::size_t>(size_));

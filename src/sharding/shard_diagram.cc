@@ -98,9 +98,7 @@ class DiagramWriter {
 
   std::string tile_label(std::size_t dim, int64_t tile) const {
     if (!label_ranges_) return fmt::format("#{}", tile);
-    const int64_t size = layout_.global_shape[dim];
-    const int64_t step = layout_.shard_shape[dim];
-    return fmt::format("[{}:{}]", std::min(tile * step, size), std::min((tile + 1) * step, size));
+    return fmt::format("[{}:{}]", layout_.tile_edge(dim, tile), layout_.tile_edge(dim, tile + 1));
   }
 
   std::string draw_grid(const std::map<std::vector<int64_t>, std::vector<int64_t>>& blocks,

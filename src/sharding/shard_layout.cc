@@ -19,6 +19,11 @@ static int64_t element_count(std::span<const int64_t> shape) {
 
 int64_t ShardLayout::shard_elements() const { return element_count(shard_shape); }
 
+int64_t ShardLayout::tile_edge(std::size_t dim, int64_t tile) const {
+  const int64_t size = global_shape.at(dim), step = shard_shape.at(dim);
+  return step != 0 && tile > size / step ? size : std::min(tile * step, size);
+}
+
 const DeviceShard& ShardLayout::shard_of(int64_t device) const {
   for (const DeviceShard& shard : shards) {
     if (shard.device == device) return shard;
@@ -74,7 +79,9 @@ ShardLayout shard_layout(const HloSharding& sharding, std::span<const int64_t> s
   for (int d = 0; d < data_rank; ++d) {
     const auto k = static_cast<std::size_t>(d);
     layout.num_tiles[k] = tiles.dim(d);
-    layout.shard_shape[k] = (shape[k] + layout.num_tiles[k] - 1) / layout.num_tiles[k];
+    // ceil(size / tiles) without forming size + tiles - 1, which overflows
+    // for sizes near 2^63.
+    layout.shard_shape[k] = shape[k] / layout.num_tiles[k] + (shape[k] % layout.num_tiles[k] != 0 ? 1 : 0);
   }
   const std::vector<int64_t> devices = tiles.devices();
   std::vector<int64_t> index(static_cast<std::size_t>(tiles.num_dims()), 0);
@@ -87,9 +94,7 @@ ShardLayout shard_layout(const HloSharding& sharding, std::span<const int64_t> s
     for (int d = 0; d < data_rank; ++d) {
       const auto k = static_cast<std::size_t>(d);
       shard.tile_index[k] = index[k];
-      const int64_t size = shape[k];
-      const int64_t step = layout.shard_shape[k];
-      shard.slices[k] = {std::min(index[k] * step, size), std::min((index[k] + 1) * step, size)};
+      shard.slices[k] = {layout.tile_edge(k, index[k]), layout.tile_edge(k, index[k] + 1)};
     }
     for (int d = data_rank; d < tiles.num_dims(); ++d) {
       shard.replica_id = shard.replica_id * tiles.dim(d) + index[static_cast<std::size_t>(d)];

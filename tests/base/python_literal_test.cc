@@ -71,6 +71,10 @@ TEST(PythonLiteral, ValidLiteralsPrintAsPythonRepr) {
       {"'\\q'", "'\\\\q'"}, {"'line\\\ncont'", "'linecont'"},
       {"'\xC3\xA9t\xC3\xA9'", "'\xC3\xA9t\xC3\xA9'"},
       {"'a' \"b\"", "'ab'"}, {"'a'  'b'\t'c'", "'abc'"}, {"('a' 'b', 'c')", "('ab', 'c')"},
+      // String prefixes: u is a plain str; r keeps backslashes, and a
+      // backslash keeps the quote after it inside the string.
+      {"u'x'", "'x'"}, {"U\"x\"", "'x'"}, {"r'a\\nb'", "'a\\\\nb'"}, {"R'\\''", "\"\\\\'\""},
+      {"r'\\\\'", "'\\\\\\\\'"}, {"'a' r'\\t' u'c'", "'a\\\\tc'"}, {"(r'data', None)", "('data', None)"},
       // Tuples, lists, dicts.
       {"()", "()"}, {"( )", "()"}, {"(1,)", "(1,)"}, {"(1)", "1"}, {"((1))", "1"},
       {"((1,))", "(1,)"}, {"1, 2", "(1, 2)"}, {"1,", "(1,)"}, {"(1, 2,)", "(1, 2)"},
@@ -114,7 +118,14 @@ TEST(PythonLiteral, MalformedLiteralsNameColumnAndExpectation) {
       {"abc", "at column 1: the name 'abc' is not a literal"},
       {"none", "at column 1: the name 'none' is not a literal"},
       {"None1", "at column 1: the name 'None1' is not a literal"},
-      {"r'a'", "at column 1: the name 'r' is not a literal"},
+      {"r", "at column 1: the name 'r' is not a literal"},
+      {"ru'a'", "at column 1: the name 'ru' is not a literal"},
+      {"b'a'", "at column 1: bytes literals (b'...') are not supported here; write a str"},
+      {"('x', Rb'a')", "at column 7: bytes literals"},
+      {"f'{1}'", "at column 1: an f-string is not a literal"},
+      {"r'a", "at column 1: unterminated string literal"},
+      {"r'a\\", "at column 1: unterminated string literal"},
+      {"'\\N{BULLET}'", "at column 2: \\N{...} escapes (Unicode character names) are not supported"},
       {"", "at column 1: expected a value (None, True, False, a number, a string, a tuple, a list "
            "or a dict), found the end of the input"},
       {"   ", "at column 4: expected a value"},

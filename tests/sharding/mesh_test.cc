@@ -51,6 +51,13 @@ const MeshErrorCase kErrors[] = {
      "Number of axis names (1) must match mesh dimensions (2)"},
     {"order_unique_before_range", {0, 9, 9, 1}, {2, 2}, {}, std::nullopt,
      "Device IDs must be unique, got: [0 9 9 1]"},
+    {"rank_above_numpy_limit", iota(2), [] {
+       std::vector<int64_t> shape(65, 1);
+       shape[0] = 2;
+       return shape;
+     }(), {}, std::nullopt,
+     "Mesh shape has 65 dims; a mesh has at most 64 (numpy arrays, which hold PyTorch/XLA's device mesh, "
+     "have at most 64 dims)"},
 };
 
 class MeshErrors : public testing::TestWithParam<MeshErrorCase> {};
@@ -67,6 +74,18 @@ TEST_P(MeshErrors, ReportsPyTorchXlaMessage) {
 
 INSTANTIATE_TEST_SUITE_P(Table, MeshErrors, testing::ValuesIn(kErrors),
                          [](const auto& row) { return std::string(row.param.name); });
+
+TEST(Mesh, SixtyFourAxesAndManyNamesAreAccepted) {
+  std::vector<int64_t> shape(64, 1);
+  shape[3] = 4;
+  std::vector<std::string> names;
+  for (int a = 0; a < 64; ++a) names.push_back("axis" + std::to_string(a));
+  const sf::Mesh mesh(iota(4), shape, names);
+  EXPECT_EQ(mesh.size(), 4);
+  EXPECT_EQ(mesh.axis_size(3), 4);
+  names[63] = "axis7";  // the uniqueness check sorts instead of comparing every pair
+  EXPECT_THROW(sf::Mesh(iota(4), shape, names), sf::Error);
+}
 
 TEST(Mesh, LogicalMeshIsRowMajor) {
   const sf::Mesh mesh(iota(8), {4, 2});

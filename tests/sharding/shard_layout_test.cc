@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <limits>
 #include <numeric>
 
 #include "shardflow/base/error.h"
@@ -168,6 +169,28 @@ TEST(ShardLayout, SeventeenRowsOnEightDevices) {
   for (const auto& shard : layout.shards) rows.push_back(shard.slices[0].size());
   EXPECT_EQ(rows, (std::vector<int64_t>{3, 3, 3, 3, 3, 2, 0, 0}));
   EXPECT_EQ(layout.shard_shape, (std::vector<int64_t>{3, 4}));
+}
+
+// Dims near 2^63 (shape-only tensors may have them): the padded tiles run
+// past the largest int64, yet every tile edge is right and in [0, size].
+TEST(ShardLayout, DimsNearTheLargestInt64) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  for (int64_t tiles : {2, 3, 7, 8, 64}) {
+    for (int64_t size : {kMax, kMax - 1, kMax - 6, kMax - tiles + 1, kMax / tiles * tiles}) {
+      const sf::ShardLayout layout = layout_of({tiles}, "(0,)", {size});
+      const int64_t step = size / tiles + (size % tiles != 0 ? 1 : 0);
+      ASSERT_EQ(layout.shard_shape, (std::vector<int64_t>{step})) << size << " over " << tiles;
+      int64_t next = 0;
+      for (const sf::DeviceShard& shard : layout.shards) {
+        const sf::DimSlice& slice = shard.slices[0];
+        EXPECT_EQ(slice.start, next) << size << " over " << tiles << ", device " << shard.device;
+        EXPECT_LE(slice.start, slice.stop);
+        EXPECT_LE(slice.stop - slice.start, step);
+        next = slice.stop;
+      }
+      EXPECT_EQ(next, size) << size << " over " << tiles;
+    }
+  }
 }
 
 TEST(ShardLayout, RejectsInconsistentInput) {

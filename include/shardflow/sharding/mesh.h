@@ -18,6 +18,8 @@ namespace shardflow {
 
 // The largest mesh shardflow accepts (2^20 devices).
 inline constexpr int64_t kMaxMeshSize = int64_t{1} << 20;
+// The most axes a mesh has (numpy 2's limit on array dims).
+inline constexpr std::size_t kMaxMeshAxes = 64;
 
 class Mesh {
  public:

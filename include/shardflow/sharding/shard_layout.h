@@ -46,6 +46,10 @@ struct ShardLayout {
 
   int64_t shard_elements() const;
   const DeviceShard& shard_of(int64_t device) const;
+  // Where tile `tile` of tensor dim `dim` starts (tile + 1: where it ends),
+  // clamped to the dim: min(tile * shard size, size), without overflowing
+  // for sizes near 2^63.
+  int64_t tile_edge(std::size_t dim, int64_t tile) const;
 };
 
 // Layout of a tensor of `shape` under an XLA sharding over devices
