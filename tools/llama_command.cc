@@ -235,7 +235,9 @@ std::string row_text(const Setup& s, const std::vector<int64_t>& generated) {
 
 int run_llama_command(const LlamaOptions& o) {
   if (o.steps < 1) throw Error(fmt::format("--steps must be at least 1, got {}", o.steps));
-  if (!(o.temperature >= 0)) throw Error(fmt::format("--temperature must be 0 or more, got {}", o.temperature));
+  if (!(o.temperature >= 0) || std::isinf(o.temperature)) {
+    throw Error(fmt::format("--temperature must be a finite number, 0 or more, got {}", o.temperature));
+  }
   if (!(o.top_p > 0 && o.top_p <= 1)) throw Error(fmt::format("--top-p must be in (0, 1], got {}", o.top_p));
   const Setup s = make_setup(o);
   check_mpi_ranks(s.devices, fmt::format("the mesh ({})", fmt::join(s.mesh_shape, ", ")));

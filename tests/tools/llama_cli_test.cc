@@ -145,6 +145,23 @@ TEST(LlamaCli, BadInputGivesOneErrorLine) {
   const CliResult too_long = run_cli("llama --config tiny --prompt-ids 1 --steps 100");
   EXPECT_EQ(too_long.status, 1);
   EXPECT_NE(too_long.err.find("seq_len 64"), std::string::npos) << too_long.err;
+  // The largest int64: refused up front, not after generating into a full cache.
+  const CliResult largest = run_cli("llama --config tiny --prompt-ids 1 --steps 9223372036854775807");
+  EXPECT_EQ(largest.status, 1);
+  EXPECT_NE(largest.err.find("9223372036854775807 steps need more than 64 positions, but the model has seq_len 64"),
+            std::string::npos)
+      << largest.err;
+  // Beyond int64: an error, not the nearest int64.
+  for (const char* option : {"--steps", "--seed", "--batch", "--devices"}) {
+    const CliResult huge = run_cli(std::string("llama --config tiny --prompt-ids 1 ") + option + " 99999999999999999999");
+    EXPECT_NE(huge.status, 0) << option;
+    EXPECT_NE(huge.err.find("'99999999999999999999' is outside the range of a 64-bit integer"), std::string::npos)
+        << option << ": " << huge.err;
+  }
+  const CliResult infinite = run_cli("llama --config tiny --prompt-ids 1 --temperature inf");
+  EXPECT_EQ(infinite.status, 1);
+  EXPECT_NE(infinite.err.find("--temperature must be a finite number, 0 or more, got inf"), std::string::npos)
+      << infinite.err;
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -65,6 +66,39 @@ TEST(ShardingCli, JsonReplicaIdsOfPartialAndReplicated) {
   EXPECT_EQ(replicated["shards"][5]["slices"], nlohmann::json::parse("[[0, 8]]"));
 }
 
+// Sizes near 2^63: the padded tiles run past the largest int64, but the
+// printed layout does not wrap around.
+TEST(ShardingCli, DimsNearTheLargestInt64) {
+  Result r = run("sharding --mesh-shape 8 --spec '(0,)' --shape 9223372036854775801 --format json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["shard_shape"], nlohmann::json::parse("[1152921504606846976]"));
+  EXPECT_EQ(j["shards"][7]["slices"], nlohmann::json::parse("[[8070450532247928832, 9223372036854775801]]"));
+  Result text = run("sharding --mesh-shape 3 --spec '(0,)' --shape 9223372036854775807");
+  ASSERT_EQ(text.status, 0) << text.err;
+  EXPECT_NE(text.out.find("3074457345618258603"), std::string::npos) << text.out;
+  for (std::size_t at = text.out.find('-'); at != std::string::npos; at = text.out.find('-', at + 1)) {
+    EXPECT_FALSE(at + 1 < text.out.size() && std::isdigit(static_cast<unsigned char>(text.out[at + 1])))
+        << "a negative number in\n" << text.out;
+  }
+}
+
+// Where numpy's text of 1000 ids would wrap, the one error line keeps the
+// elements' padding: the same spacing throughout.
+TEST(ShardingCli, LongIdListsKeepNumpyPaddingOnOneLine) {
+  std::string ids, expected = "[";
+  for (int id = 0; id < 1000; ++id) {
+    const int value = id == 999 ? 0 : id;
+    ids += (id ? "," : "") + std::to_string(value);
+    const std::string word = std::to_string(value);
+    expected += (id ? " " : "") + std::string(3 - word.size(), ' ') + word;
+  }
+  expected += "]";
+  Result r = run("sharding --mesh-shape 1000 --device-ids " + ids + " --spec '(0,)'");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err, "error: Device IDs must be unique, got: " + expected + "\n");
+}
+
 TEST(ShardingCli, TextShowsStringsTypeAndPicture) {
   Result r = run("sharding --mesh-shape 2,2,2 --spec '(0, 1, 2)' --shape 4,4,6");
   ASSERT_EQ(r.status, 0) << r.err;
@@ -114,6 +148,9 @@ TEST(ShardingCli, InvalidInputIsOneErrorLine) {
       {"--mesh-shape 2,x --spec '(0, 1)'", 2, "error: --mesh-shape: expected ..."},
       {"--mesh-shape 2,4 --spec '(0, 1)' --format yaml", 2, "error: ..."},
       {"--mesh-shape 2,4 --spec '(0, 1)' --bogus", 2, "error: ..."},
+      // Not clamped to the largest int64.
+      {"--mesh-shape 2,4 --spec '(0, 1)' --num-devices 99999999999999999999", 2,
+       "error: --num-devices: '99999999999999999999' is outside the range of a 64-bit integer..."},
   };
   for (const ErrorCase& c : cases) {
     Result r = run(std::string("sharding ") + c.args);

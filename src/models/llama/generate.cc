@@ -5,6 +5,7 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -90,9 +91,14 @@ Generation generate(Model& model, const std::vector<std::vector<int64_t>>& promp
       flat.push_back(token);
     }
   }
-  if (options.steps < 0 || length + options.steps > c.seq_len + 1) {
+  // The last token generated is not fed back, so it needs no position.
+  // (Compared without forming length + steps, which may overflow.)
+  if (options.steps < 0) throw Error(fmt::format("generate: steps must be 0 or more, got {}", options.steps));
+  if (options.steps > c.seq_len + 1 - length) {
+    const std::string needed = options.steps <= c.seq_len + 1 ? std::to_string(length + options.steps - 1)
+                                                               : "more than " + std::to_string(c.seq_len);
     throw Error(fmt::format("generate: {} prompt tokens + {} steps need {} positions, but the model has seq_len {}",
-                            length, options.steps, length + options.steps - 1, c.seq_len));
+                            length, options.steps, needed, c.seq_len));
   }
   Generation out;
   out.prompt_tokens = length;
