@@ -337,7 +337,11 @@ OpShardingRule attention_rule(const OpArgs& args, std::span<const TensorType> in
     return operand_dims;
   };
   for (int d = 0; d < rank - 2; ++d) builder.add_factor(dims(d, d, d, d), {d}, in[0].shape[static_cast<std::size_t>(d)]);
-  builder.add_factor(dims(rank - 2, -1, -1, rank - 2), {rank - 2}, in[0].shape[static_cast<std::size_t>(rank - 2)]);
+  // Query rows may be split, except under is_causal: the kernel cuts a row's
+  // keys off at its index within the shard, not in the whole sequence. (An
+  // explicit mask is split with the rows and stays right.)
+  builder.add_factor(dims(rank - 2, -1, -1, rank - 2), {rank - 2}, in[0].shape[static_cast<std::size_t>(rank - 2)],
+                     args.get_bool("is_causal") ? FactorKind::kNeedReplication : FactorKind::kPassThrough);
   builder.add_factor(dims(-1, rank - 2, rank - 2, rank - 1), {-1}, in[1].shape[static_cast<std::size_t>(rank - 2)],
                      FactorKind::kNeedReplication);
   builder.add_factor(dims(rank - 1, rank - 1, -1, -1), {-1}, in[0].shape.back(), FactorKind::kNeedReplication);

@@ -357,7 +357,10 @@ void register_where_and_cast(OpRegistry& r) {
 
   OpDef to;
   to.family = OpFamily::kElementwise;
-  to.linearity = Linearity::kLinear;  // rounding aside, a cast commutes with sums
+  // Not linear: casting each device's partial sum truncates (to ints and
+  // bools) or rounds (to 16-bit floats) before the sum, so partial sums are
+  // reduced first.
+  to.linearity = Linearity::kNone;
   to.infer = [](const OpArgs& args, std::span<const TensorType> in) {
     return std::vector<TensorType>{{args.get_dtype("dtype"), in[0].shape}};
   };

@@ -141,4 +141,39 @@ TEST(Execution, TransposeKeepingTheLocalOrderReusesTheShard) {
   EXPECT_EQ(reinterprets, (std::vector<bool>{true, false}));  // [1,3,4] -> [3,1,4]; [1,3,4] -> [1,4,3]
 }
 
+// Causal attention with the query rows split: the rows are gathered first,
+// since the kernel cuts each row's keys at its index within its shard.
+TEST(Execution, CausalAttentionWithSplitQueryRows) {
+  sf::Runtime runtime = sf::Runtime::local(4);
+  const std::string mesh = R"M([0, 1, 2, 3], "(4,)", "('x',)")M";
+  for (int rows : {8, 7}) {
+    const std::string type = "f32[1,2," + std::to_string(rows) + ",4]";
+    const std::string text = "func @f(%q: " + type + ", %k: " + type + ", %v: " + type + ") -> (" + type + ") {\n"
+                             "  %a = " + annotate("q", "(None, None, 'x', None)", type, mesh) + "\n"
+                             "  %b = " + annotate("k", "(None, None, 'x', None)", type, mesh) + "\n"
+                             "  %o = aten::scaled_dot_product_attention(%a, %b, %v, None, 0.0, true) : " + type + "\n"
+                             "  return %o\n}\n";
+    const sf::Shape shape{1, 2, rows, 4};
+    expect_same(text, runtime, {sf::randn(shape, 1), sf::randn(shape, 2), sf::randn(shape, 3)});
+  }
+}
+
+// A cast of a partial sum (a matmul over a split contracting dim) waits for
+// the all-reduce: truncating each device's part first gives another integer.
+TEST(Execution, CastOfAPartialSumComesAfterTheReduction) {
+  sf::Runtime runtime = sf::Runtime::local(4);
+  const std::string mesh = R"M([0, 1, 2, 3], "(4,)", "('x',)")M";
+  const std::string text = "func @f(%x: f32[8,8], %w: f32[8,8]) -> (i32[8,8], bf16[8,8]) {\n"
+                           "  %a = " + annotate("x", "(None, 'x')", "f32[8,8]", mesh) + "\n"
+                           "  %b = " + annotate("w", "('x', None)", "f32[8,8]", mesh) + "\n"
+                           "  %m = aten::matmul(%a, %b) : f32[8,8]\n"
+                           "  %i = aten::to.dtype(%m, i32) : i32[8,8]\n"
+                           "  %h = aten::to.dtype(%m, bf16) : bf16[8,8]\n"
+                           "  return %i, %h\n}\n";
+  std::vector<std::string> collectives;
+  expect_same(text, runtime, {sf::randn({8, 8}, 1) * 3, sf::randn({8, 8}, 2)}, &collectives);
+  ASSERT_EQ(collectives.size(), 1u);
+  EXPECT_EQ(collectives[0].rfind("all-reduce", 0), 0u) << collectives[0];
+}
+
 }  // namespace
