@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cstdio>
 #include <iostream>
+#include <new>
 #include <optional>
 #include <string>
 
@@ -185,6 +186,10 @@ int main(int argc, char** argv) {
     return fail(error.what(), 2);
   } catch (const shardflow::Error& error) {
     return fail(error.what(), 1);
+  } catch (const std::bad_alloc&) {
+    return fail("out of memory", 1);
+  } catch (const std::exception& error) {  // a bug: still one line, not an abort
+    return fail(std::string("internal: ") + error.what(), 1);
   }
   return 2;
 }

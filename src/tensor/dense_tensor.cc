@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -156,6 +157,10 @@ DenseTensor DenseTensor::empty(DType dtype, Shape shape) {
   DenseTensor tensor;
   tensor.dtype_ = dtype;
   tensor.numel_ = shardflow::numel(shape);
+  if (tensor.numel_ > std::numeric_limits<int64_t>::max() / static_cast<int64_t>(element_size(dtype))) {
+    throw Error(fmt::format("out of memory: a {} tensor of shape {} needs more than 2^63 bytes", dtype_name(dtype),
+                            shape_to_string(shape)));
+  }
   tensor.shape_ = std::move(shape);
   tensor.buffer_ = allocate(tensor.nbytes());
   return tensor;

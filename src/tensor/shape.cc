@@ -38,7 +38,14 @@ void Dims::make_gap(size_type at, size_type count) {
 
 int64_t numel(std::span<const int64_t> shape) {
   int64_t count = 1;
-  for (int64_t d : shape) count *= d;
+  bool overflow = false;
+  for (int64_t d : shape) {
+    if (d == 0) return 0;
+    overflow = __builtin_mul_overflow(count, d, &count) || overflow;
+  }
+  if (overflow) {
+    throw Error(fmt::format("shape {} has more elements than a 64-bit count holds", shape_to_string(shape)));
+  }
   return count;
 }
 

@@ -137,4 +137,39 @@ TEST(IrCli, RunChecksAgainstOneDevice) {
   EXPECT_NE(text.out.find("within tolerance"), std::string::npos) << text.out;
 }
 
+// Token ids that reach embedding through an annotation are drawn within the
+// table; 16-bit outputs are compared at their own precision; shapes beyond
+// int64 or memory are one error line, not a crash.
+TEST(IrCli, RunInputsTolerancesAndHugeShapes) {
+  const std::string embed = write("embed.ir", R"IR(func @f(%w: f32[10,6], %i: i64[7]) -> (f32[7,6]) {
+  %0 = xla::dynamo_mark_sharding(%w, [0, 1, 2, 3], "(2, 2)", "('a', 'b')", "('a', 'b')") : f32[10,6]
+  %1 = xla::dynamo_mark_sharding(%i, [0, 1, 2, 3], "(2, 2)", "('a', 'b')", "('b',)") : i64[7]
+  %2 = aten::embedding(%0, %1) : f32[7,6]
+  return %2
+}
+)IR");
+  const CliResult ids = run_cli("run " + embed + " --check");
+  EXPECT_EQ(ids.status, 0) << ids.err;
+  const std::string bf16 = write("bf16.ir", R"IR(func @f(%x: bf16[4,64], %w: bf16[64,4]) -> (bf16[4,4]) {
+  %0 = xla::dynamo_mark_sharding(%x, [0, 1, 2, 3], "(4,)", "('x',)", "(None, 'x')") : bf16[4,64]
+  %1 = xla::dynamo_mark_sharding(%w, [0, 1, 2, 3], "(4,)", "('x',)", "('x', None)") : bf16[64,4]
+  %2 = aten::matmul(%0, %1) : bf16[4,4]
+  return %2
+}
+)IR");
+  const CliResult half = run_cli("run " + bf16 + " --check");
+  EXPECT_EQ(half.status, 0) << half.err << half.out;
+  const std::pair<const char*, const char*> huge[] = {
+      {"f32[9223372036854775807]", "needs more than 2^63 bytes"},
+      {"f32[4294967296,4294967296]", "has more elements than a 64-bit count holds"},
+  };
+  for (const auto& [type, message] : huge) {
+    const std::string path = write("huge.ir", std::string("func @f(%x: ") + type + ") -> (" + type +
+                                                  ") {\n  %0 = aten::relu(%x) : " + type + "\n  return %0\n}\n");
+    const CliResult r = run_cli("run " + path);
+    EXPECT_EQ(r.status, 1) << type << ": " << r.err;
+    EXPECT_NE(r.err.find(message), std::string::npos) << type << ": " << r.err;
+  }
+}
+
 }  // namespace

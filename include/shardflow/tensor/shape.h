@@ -194,6 +194,8 @@ class Dims {
 // A tensor's extents.
 using Shape = Dims;
 
+// The element count; an error when it does not fit in int64 (a zero extent
+// makes it 0 whatever the others are).
 int64_t numel(std::span<const int64_t> shape);
 // Row-major strides in elements.
 Dims row_major_strides(std::span<const int64_t> shape);
