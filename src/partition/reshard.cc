@@ -11,6 +11,7 @@
 //  4. axes the target adds: a local slice, no communication.
 // Example, [{x,y},{}] -> [{x},{}]: one all-gather over 'y' on dim 0.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 
@@ -65,6 +66,7 @@ class Resharder {
 
   Rep run(Rep rep, const DimAxes& target) {
     if (!rep.unreduced.empty()) rep = reduce(rep, target);
+    rep = permute(rep, target);
     rep = all_to_all(rep, target);
     for (std::size_t d = 0; d < target.size(); ++d) rep = gather(rep, target, static_cast<int>(d));
     for (std::size_t d = 0; d < target.size(); ++d) rep = slice(rep, target, static_cast<int>(d));
@@ -117,6 +119,24 @@ class Resharder {
                         from.empty() ? "whole" : b_.axes_text(from), to.empty() ? "whole" : b_.axes_text(to)));
   }
 
+  // Also reported: axes gathered although the target still splits over them
+  // (elsewhere or in another order), a move no single all-to-all or
+  // collective-permute here makes, so the dim is briefly whole on every
+  // device.
+  void regathered(int dim, const std::vector<int>& axes, const DimAxes& target) {
+    std::vector<int> reused;
+    for (int axis : axes) {
+      for (const std::vector<int>& wanted : target) {
+        if (std::find(wanted.begin(), wanted.end(), axis) != wanted.end()) reused.push_back(axis);
+      }
+    }
+    if (reused.empty()) return;
+    b_.warn(fmt::format("involuntary re-materialisation for {}: {} is gathered over {} and split over {} again "
+                        "(the target splits it or another dim that way); no single all-to-all or "
+                        "collective-permute makes this move, so the dim is whole on every device in between",
+                        why_.consumer, dim_text(dim), b_.axes_text(axes), b_.axes_text(reused)));
+  }
+
   // 1. Partial sums.
   Rep reduce(Rep rep, const DimAxes& target) {
     const std::vector<int> axes = rep.unreduced;
@@ -149,7 +169,46 @@ class Resharder {
     return out;
   }
 
-  // 2. One axis moving between the minor ends of two dims.
+  // 2. The same tiles on other devices: each dim keeps its tile count and
+  // the same axes are used overall, only in another order or on other dims
+  // ([4@(a,b)] -> [4@(b,a)], [4@a,4@b] -> [4@b,4@a] with |a| = |b|). Tile t
+  // of a dim covers the same rows whichever axes count it, so every device
+  // receives its new tile whole from one device.
+  Rep permute(Rep rep, const DimAxes& target) {
+    if (rep.dims == target) return rep;
+    std::vector<int> have_axes, want_axes;
+    for (std::size_t d = 0; d < target.size(); ++d) {
+      if (b_.axes_size(rep.dims[d]) != b_.axes_size(target[d])) return rep;
+      have_axes.insert(have_axes.end(), rep.dims[d].begin(), rep.dims[d].end());
+      want_axes.insert(want_axes.end(), target[d].begin(), target[d].end());
+    }
+    std::sort(have_axes.begin(), have_axes.end());
+    std::sort(want_axes.begin(), want_axes.end());
+    if (have_axes != want_axes) return rep;
+    Rep out = rep;
+    out.dims = target;
+    out.slot = slot_for(out.dims);
+    Instruction instruction = step(InstructionKind::kCollective, rep.slot, out.slot, 0);
+    instruction.dims_before = rep.dims;
+    instruction.dims_after = target;
+    std::vector<std::string> moved;
+    int first_moved = -1;
+    for (std::size_t d = 0; d < target.size(); ++d) {
+      if (rep.dims[d] != target[d]) {
+        if (first_moved < 0) first_moved = static_cast<int>(d);
+        moved.push_back(fmt::format("dim {} from {} to {}", d, rep.dims[d].empty() ? "whole" : b_.axes_text(rep.dims[d]),
+                                    target[d].empty() ? "whole" : b_.axes_text(target[d])));
+      }
+    }
+    instruction.collective = collective(
+        CollectiveKind::kCollectivePermute, have_axes, bytes(rep.slot),
+        fmt::format("{} needs %{} with the same tiles on other devices: {} (sharded by {})", why_.consumer,
+                    why_.value->name(), fmt::join(moved, ", "), why_.origin(first_moved)));
+    b_.emit(std::move(instruction));
+    return out;
+  }
+
+  // 3. One axis moving between the minor ends of two dims.
   Rep all_to_all(Rep rep, const DimAxes& target) {
     for (std::size_t from = 0; from < target.size(); ++from) {
       const std::vector<int>& have = rep.dims[from];
@@ -183,7 +242,7 @@ class Resharder {
     return rep;
   }
 
-  // 3. Axes the target drops.
+  // 4. Axes the target drops.
   Rep gather(Rep rep, const DimAxes& target, int dim) {
     const auto d = static_cast<std::size_t>(dim);
     const std::vector<int>& have = rep.dims[d];
@@ -191,11 +250,13 @@ class Resharder {
     while (common < have.size() && common < target[d].size() && have[common] == target[d][common]) ++common;
     if (common == have.size()) return rep;
     // Shards of an uneven dim do not nest: gather it whole and re-slice.
-    if (common > 0 && !even(dim, have)) {
+    const bool uneven = common > 0 && !even(dim, have);
+    if (uneven) {
       common = 0;
       rematerialised(dim, have, target[d]);
     }
     const std::vector<int> axes(have.begin() + static_cast<std::ptrdiff_t>(common), have.end());
+    if (!uneven) regathered(dim, axes, target);
     Rep out = rep;
     out.dims[d].resize(common);
     out.slot = slot_for(out.dims);
@@ -212,7 +273,7 @@ class Resharder {
     return out;
   }
 
-  // 4. Axes the target adds: each device keeps its tile.
+  // 5. Axes the target adds: each device keeps its tile.
   Rep slice(Rep rep, const DimAxes& target, int dim) {
     const auto d = static_cast<std::size_t>(dim);
     if (rep.dims[d] == target[d]) return rep;

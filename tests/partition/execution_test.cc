@@ -176,4 +176,25 @@ TEST(Execution, CastOfAPartialSumComesAfterTheReduction) {
   EXPECT_EQ(collectives[0].rfind("all-reduce", 0), 0u) << collectives[0];
 }
 
+// Collective-permutes give the single-device values, also with padded
+// tiles and a custom device order.
+TEST(Execution, CollectivePermuteReshards) {
+  sf::Runtime runtime = sf::Runtime::local(8);
+  const std::string mesh = R"M([3, 1, 4, 0, 7, 5, 2, 6], "(2, 2, 2)", "('a', 'b', 'c')")M";
+  const std::string text = "func @f(%x: f32[4,7,2], %y: f32[7,6]) -> (f32[4,7,2], f32[7,6]) {\n"
+                           "  %a = " + annotate("x", "('a', 'b', 'c')", "f32[4,7,2]", mesh) + "\n"
+                           "  %e = aten::exp(%a) : f32[4,7,2]\n"
+                           "  %b = " + annotate("e", "('c', 'a', 'b')", "f32[4,7,2]", mesh) + "\n"
+                           "  %c = " + annotate("y", "(('a', 'b', 'c'), None)", "f32[7,6]", mesh) + "\n"
+                           "  %t = aten::tanh(%c) : f32[7,6]\n"
+                           "  %d = " + annotate("t", "(('c', 'b', 'a'), None)", "f32[7,6]", mesh) + "\n"
+                           "  %n = aten::neg(%d) : f32[7,6]\n"
+                           "  %s = aten::sin(%b) : f32[4,7,2]\n"
+                           "  return %s, %n\n}\n";
+  std::vector<std::string> collectives;
+  expect_same(text, runtime, {sf::randn({4, 7, 2}, 1), sf::randn({7, 6}, 2)}, &collectives);
+  ASSERT_EQ(collectives.size(), 2u);
+  for (const std::string& c : collectives) EXPECT_EQ(c.rfind("collective-permute", 0), 0u) << c;
+}
+
 }  // namespace

@@ -192,6 +192,41 @@ TEST(Patterns, ReshapeSplittingAShardedDimNeedsNoCollective) {
 
 namespace {
 
+// The same tiles on other devices move in one collective-permute: axes
+// swapped between dims, reordered within a dim, rotated over three dims.
+// A move it cannot make (a tuple of axes from one dim to another) gathers,
+// and says so.
+TEST(Patterns, ReassignedTilesMoveInOneCollectivePermute) {
+  const std::string mesh4 = R"M([0, 1, 2, 3], "(2, 2)", "('a', 'b')")M";
+  const std::string mesh8 = R"M([0, 1, 2, 3, 4, 5, 6, 7], "(2, 2, 2)", "('a', 'b', 'c')")M";
+  const auto reshard = [](const std::string& mesh, const std::string& type, const std::string& from,
+                          const std::string& to) {
+    return "func @f(%x: " + type + ") -> (" + type + ") {\n"
+           "  %a = " + annotate("x", from, type, mesh) + "\n"
+           "  %r = aten::relu(%a) : " + type + "\n"
+           "  %b = " + annotate("r", to, type, mesh) + "\n"
+           "  return %b\n}\n";
+  };
+  const std::vector<std::string> one_permute_of_ab{"collective-permute a,b"};
+  Partitioned swap = partition(reshard(mesh4, "f32[8,6]", "('a', 'b')", "('b', 'a')"));
+  EXPECT_EQ(summary(swap), one_permute_of_ab) << swap.program.to_string(swap.graph);
+  EXPECT_TRUE(swap.program.warnings.empty());
+  Partitioned reorder = partition(reshard(mesh4, "f32[8,6]", "(('a', 'b'), None)", "(('b', 'a'), None)"));
+  EXPECT_EQ(summary(reorder), one_permute_of_ab) << reorder.program.to_string(reorder.graph);
+  Partitioned uneven = partition(reshard(mesh4, "f32[7,6]", "(('a', 'b'), None)", "(('b', 'a'), None)"));
+  EXPECT_EQ(summary(uneven), one_permute_of_ab) << uneven.program.to_string(uneven.graph);
+  Partitioned rotate = partition(reshard(mesh8, "f32[4,4,4]", "('a', 'b', 'c')", "('c', 'a', 'b')"));
+  EXPECT_EQ(summary(rotate), (std::vector<std::string>{"collective-permute a,b,c"}))
+      << rotate.program.to_string(rotate.graph);
+  Partitioned across = partition(reshard(mesh4, "f32[8,8]", "(('a', 'b'), None)", "(None, ('a', 'b'))"));
+  EXPECT_EQ(summary(across), (std::vector<std::string>{"all-gather a,b"}));
+  ASSERT_EQ(across.program.warnings.size(), 1u);
+  EXPECT_NE(across.program.warnings[0].find("involuntary re-materialisation for the annotation at %b: dim 0 of %r "
+                                            "is gathered over ('a', 'b') and split over ('a', 'b') again"),
+            std::string::npos)
+      << across.program.warnings[0];
+}
+
 TEST(Patterns, UnevenReshardsAreReported) {
   // 7 rows over ('x', 'y') -> over 'x' alone: the shards do not nest, so the
   // dim is gathered whole and sliced again, with a warning naming the consumer.

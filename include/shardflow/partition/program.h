@@ -67,6 +67,9 @@ struct Instruction {
   int64_t global_size = 0;         // the dim's global extent
   std::vector<int> axes_before;    // the dim's sharding before (slices, masks)
   std::vector<int> axes_after;     // and after
+  // Collective-permute: every dim's sharding before and after (the same tile
+  // count per dim over the same axes, assigned to devices differently).
+  std::vector<std::vector<int>> dims_before, dims_after;
   double fill = 0;                 // kMaskPadding
   double scale = 1;                // kCompute: multiply the result by it (mean over a sharded dim)
   // Input slots this instruction reads last (program outputs never): a device
