@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -40,6 +41,8 @@ static double check_tolerance(DType dtype) {
 }
 
 static std::string read_file(const std::string& path) {
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) throw Error(fmt::format("cannot read '{}': it is a directory", path));
   std::ifstream file(path, std::ios::binary);
   if (!file) throw Error(fmt::format("cannot read '{}'", path));
   std::ostringstream text;

@@ -95,10 +95,12 @@ void check_options(const OpArgs& args, bool has_mask) {
 
 // The shapes of a call, after every argument check.
 AttentionShapes checked_shapes(const OpArgs& args, std::span<const TensorType> in) {
-  const AttentionShapes s = attention_shapes(in[0], in[1], in[2]);
   const int mask = args.tensor("attn_mask");
-  if (mask >= 0) check_mask(in[static_cast<std::size_t>(mask)], s, in[0]);
+  // Options first: enable_gqa's head counts would fail the shape checks
+  // with a message that hides the option.
   check_options(args, mask >= 0);
+  const AttentionShapes s = attention_shapes(in[0], in[1], in[2]);
+  if (mask >= 0) check_mask(in[static_cast<std::size_t>(mask)], s, in[0]);
   return s;
 }
 

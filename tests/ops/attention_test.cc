@@ -239,6 +239,9 @@ TEST(AttentionOps, BadArgumentsAreClearErrors) {
       {{f({2, 3, 4}), f({2, 5, 4}), f({2, 5, 4}), none, 0.1}, "dropout_p must be 0"},
       {{f({2, 3, 4}), f({2, 5, 4}), f({2, 5, 4}), f({3, 5}), 0.0, true}, "cannot be given with is_causal=True"},
       {{f({2, 3, 4}), f({2, 5, 4}), f({2, 5, 4}), none, 0.0, false, kw("enable_gqa", true)}, "enable_gqa=True"},
+      // Grouped heads: the option is named, not the batch dims it would allow.
+      {{f({1, 4, 5, 4}), f({1, 2, 5, 4}), f({1, 2, 5, 4}), none, 0.0, false, kw("enable_gqa", true)},
+       "enable_gqa=True is not implemented"},
       {{from_ints({1, 2}, {1, 2}), f({1, 2}), f({1, 2})}, "only float32"},
   };
   for (const Row& row : rows) {

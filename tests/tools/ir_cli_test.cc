@@ -43,6 +43,9 @@ TEST(IrCli, BadIrIsOneErrorLineWithStatus1) {
   EXPECT_EQ(r.status, 1);
   EXPECT_EQ(r.err, "error: invalid IR at line 2, column 18: value %z is not defined before this use\n");
   EXPECT_EQ(run_cli("ir /nonexistent/file.ir").status, 1);
+  const CliResult directory = run_cli("ir " + testing::TempDir());
+  EXPECT_EQ(directory.status, 1);
+  EXPECT_NE(directory.err.find("it is a directory"), std::string::npos) << directory.err;
   EXPECT_EQ(run_cli("ir").status, 2);  // usage
 }
 
