@@ -430,11 +430,10 @@ class LiteralParser {
       ++pos_;
       if (at_end()) fail_message(start, "unterminated string literal");
       if (raw) {
-        // A backslash stays, and keeps the next character (a quote too)
-        // from ending the string.
+        // A backslash stays, and keeps the next character (a quote or a
+        // newline too) from ending the string.
         out += '\\';
-        if (text_[pos_] == '\n') fail_message(start, "unterminated string literal (a newline inside quotes)");
-        out += text_[pos_++];
+        out += text_[pos_++];  // a newline too: Python keeps both
         continue;
       }
       read_escape(out);

@@ -6,6 +6,14 @@
 
 namespace shardflow {
 
+int64_t TensorType::nbytes() const {
+  int64_t bytes = 0;
+  if (__builtin_mul_overflow(numel(shape), static_cast<int64_t>(element_size(dtype)), &bytes)) {
+    throw Error(fmt::format("{} holds 2^63 bytes or more", to_string()));
+  }
+  return bytes;
+}
+
 std::string TensorType::to_string() const {
   return std::string(dtype_name(dtype)) + shape_to_string(shape);
 }

@@ -1,5 +1,7 @@
 #include <fmt/format.h>
 
+#include <functional>
+
 #include "shardflow/ir/text.h"
 
 namespace shardflow {
@@ -13,42 +15,50 @@ static std::string arg_text(const NodeArg& arg) {
   return out + "]";
 }
 
-static bool is_default(const SchemaArgument& param, const NodeArg& arg) {
-  if (!param.default_value || !arg.is_constant()) return false;
-  const Constant& value = arg.constant();
+static bool is_default(const SchemaArgument& param, const Constant* value) {
+  if (!param.default_value || value == nullptr) return false;
   const Constant& default_value = *param.default_value;
-  if (value == default_value) return true;
+  if (*value == default_value) return true;
   // Identifier defaults (contiguous_format, ...) bind as None.
   if (default_value.kind() == Constant::Kind::kString && param.type.kind != SchemaType::Kind::kStr) {
-    return value.is_none();
+    return value->is_none();
   }
-  if (default_value.kind() == Constant::Kind::kInt && value.kind() == Constant::Kind::kFloat) {
-    return static_cast<double>(default_value.as_int()) == value.as_float();
+  if (default_value.kind() == Constant::Kind::kInt && value->kind() == Constant::Kind::kFloat) {
+    return static_cast<double>(default_value.as_int()) == value->as_float();
   }
   return false;
 }
 
+std::string print_arguments(const FunctionSchema& schema, const std::function<std::string(std::size_t)>& text_of,
+                            const std::function<const Constant*(std::size_t)>& constant_of) {
+  const auto& params = schema.arguments();
+  std::size_t last_positional = 0;  // one past the last positional argument to print
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (!params[i].keyword_only && !is_default(params[i], constant_of(i))) last_positional = i + 1;
+  }
+  std::string out;
+  bool first = true;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const bool keyword = params[i].keyword_only;
+    if (keyword ? is_default(params[i], constant_of(i)) : i >= last_positional) continue;
+    out += first ? "" : ", ";
+    first = false;
+    if (keyword) out += params[i].name + "=";
+    out += text_of(i);
+  }
+  return out;
+}
+
 std::string print_node(const Node& node) {
-  const auto& params = node.op().schema.arguments();
   const auto& args = node.args();
   std::string out;
   for (std::size_t i = 0; i < node.outputs().size(); ++i) {
     out += (i > 0 ? ", %" : "%") + node.outputs()[i]->name();
   }
   out += (node.outputs().empty() ? "" : " = ") + node.op().full_name() + "(";
-  std::size_t last_positional = 0;  // one past the last positional argument to print
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    if (!params[i].keyword_only && !is_default(params[i], args[i])) last_positional = i + 1;
-  }
-  bool first = true;
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    const bool keyword = params[i].keyword_only;
-    if (keyword ? is_default(params[i], args[i]) : i >= last_positional) continue;
-    out += first ? "" : ", ";
-    first = false;
-    if (keyword) out += params[i].name + "=";
-    out += arg_text(args[i]);
-  }
+  out += print_arguments(
+      node.op().schema, [&](std::size_t i) { return arg_text(args[i]); },
+      [&](std::size_t i) { return args[i].is_constant() ? &args[i].constant() : nullptr; });
   out += ")";
   if (node.outputs().size() == 1) {
     out += " : " + node.outputs()[0]->type().to_string();

@@ -357,10 +357,9 @@ void register_where_and_cast(OpRegistry& r) {
 
   OpDef to;
   to.family = OpFamily::kElementwise;
-  // Not linear: casting each device's partial sum truncates (to ints and
-  // bools) or rounds (to 16-bit floats) before the sum, so partial sums are
-  // reduced first.
-  to.linearity = Linearity::kNone;
+  // Linear for exact widenings only: the partitioner reduces partial sums
+  // first when the result dtype cannot hold the operand's values.
+  to.linearity = Linearity::kLinear;
   to.infer = [](const OpArgs& args, std::span<const TensorType> in) {
     return std::vector<TensorType>{{args.get_dtype("dtype"), in[0].shape}};
   };

@@ -194,6 +194,13 @@ class Partitioner {
                                   fmt::format("the annotation at %{}", output->name()));
   }
 
+  // Whether every value of `from` is exactly a value of `to`.
+  static bool holds_exactly(DType from, DType to) {
+    if (from == to || from == DType::kBool) return true;
+    if (to == DType::kF32) return from == DType::kBF16 || from == DType::kF16;
+    return to == DType::kI64 && from == DType::kI32;
+  }
+
   // Whether operand `index` may stay a partial sum through this op.
   static bool keeps_partial(const Node& node, const std::vector<const Rep*>& operands, std::size_t index) {
     const Rep& rep = *operands[index];
@@ -203,6 +210,12 @@ class Partitioner {
     };
     const std::size_t partial_count = static_cast<std::size_t>(std::count_if(operands.begin(), operands.end(), partial));
     if (rep.reduction != ReduceOp::kSum) return false;  // max/min partials: linear ops do not commute
+    // A result dtype that cannot hold every operand value (a cast to ints,
+    // bools or a narrower float, a sum with dtype=) would truncate or round
+    // each device's part before the parts are added.
+    for (const Value* output : node.outputs()) {
+      if (!holds_exactly(node.inputs()[index]->type().dtype, output->type().dtype)) return false;
+    }
     switch (node.op().linearity) {
       case Linearity::kNone: return false;
       case Linearity::kLinear: return operands.size() == 1;

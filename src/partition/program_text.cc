@@ -66,6 +66,24 @@ std::string CollectiveInfo::describe(const Mesh& mesh) const {
                      bytes_text(bytes_per_device), reason);
 }
 
+// A compute instruction's arguments as the IR prints a call, with its local
+// shapes and constants (reshape's local size, a slice's bounds).
+static std::string call_arguments(const Instruction& instruction) {
+  const OpArgs& args = *instruction.args;
+  const auto slot = [&](int index) { return fmt::format("%{}", instruction.inputs.at(static_cast<std::size_t>(index))); };
+  return print_arguments(
+      args.schema(),
+      [&](std::size_t i) {
+        const BoundArg& arg = args[i];
+        if (arg.kind == BoundArg::Kind::kConstant) return arg.constant.to_string();
+        if (arg.kind == BoundArg::Kind::kTensor) return slot(arg.tensors.at(0));
+        std::string items;
+        for (std::size_t k = 0; k < arg.tensors.size(); ++k) items += (k > 0 ? ", " : "") + slot(arg.tensors[k]);
+        return "[" + items + "]";
+      },
+      [&](std::size_t i) { return args[i].kind == BoundArg::Kind::kConstant ? &args[i].constant : nullptr; });
+}
+
 std::string PartitionedProgram::to_string(const Graph& graph) const {
   std::string out = fmt::format("spmd @{} on {} devices, mesh {}\n", graph.name(), mesh->size(), mesh->to_string());
   const auto slot = [&](int s) {
@@ -86,13 +104,17 @@ std::string PartitionedProgram::to_string(const Graph& graph) const {
     }
     switch (instruction.kind) {
       case InstructionKind::kCompute:
-        out += fmt::format("  {} = {}({}){}\n", outputs, instruction.op->full_name(), inputs,
+        out += fmt::format("  {} = {}({}){}\n", outputs, instruction.op->full_name(),
+                           instruction.args ? call_arguments(instruction) : inputs,
                            instruction.scale != 1 ? fmt::format(" * {}", instruction.scale) : "");
         break;
       case InstructionKind::kCollective: {
         const CollectiveInfo& info = collectives[static_cast<std::size_t>(instruction.collective)];
-        out += fmt::format("  {} = {}({}) dim {}  # {}\n", outputs, shardflow::to_string(info.kind), inputs,
-                           instruction.dim, info.describe(*mesh));
+        const std::string dim = info.kind == CollectiveKind::kCollectivePermute
+                                    ? std::string()
+                                    : fmt::format(" dim {}", instruction.dim);
+        out += fmt::format("  {} = {}({}){}  # {}\n", outputs, shardflow::to_string(info.kind), inputs, dim,
+                           info.describe(*mesh));
         break;
       }
       case InstructionKind::kLocalSlice:

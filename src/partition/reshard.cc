@@ -120,15 +120,20 @@ class Resharder {
   }
 
   // Also reported: axes gathered although the target still splits over them
-  // (elsewhere or in another order), a move no single all-to-all or
-  // collective-permute here makes, so the dim is briefly whole on every
-  // device.
-  void regathered(int dim, const std::vector<int>& axes, const DimAxes& target) {
+  // (elsewhere or in another order), or a dim split over other axes right
+  // after its gather: a move no single all-to-all or collective-permute here
+  // makes, so the dim is briefly whole (over those axes) on every device.
+  void regathered(int dim, const std::vector<int>& axes, std::size_t kept, const DimAxes& target) {
     std::vector<int> reused;
     for (int axis : axes) {
       for (const std::vector<int>& wanted : target) {
         if (std::find(wanted.begin(), wanted.end(), axis) != wanted.end()) reused.push_back(axis);
       }
+    }
+    // The dim itself split again over other axes after the gather.
+    const std::vector<int>& wanted = target[static_cast<std::size_t>(dim)];
+    for (std::size_t k = kept; k < wanted.size(); ++k) {
+      if (std::find(reused.begin(), reused.end(), wanted[k]) == reused.end()) reused.push_back(wanted[k]);
     }
     if (reused.empty()) return;
     b_.warn(fmt::format("involuntary re-materialisation for {}: {} is gathered over {} and split over {} again "
@@ -169,22 +174,22 @@ class Resharder {
     return out;
   }
 
-  // 2. The same tiles on other devices: each dim keeps its tile count and
-  // the same axes are used overall, only in another order or on other dims
-  // ([4@(a,b)] -> [4@(b,a)], [4@a,4@b] -> [4@b,4@a] with |a| = |b|). Tile t
-  // of a dim covers the same rows whichever axes count it, so every device
-  // receives its new tile whole from one device.
+  // 2. The same tiles on other devices: each dim keeps its tile count, over
+  // other axes or in another order ([4@(a,b)] -> [4@(b,a)], [4@a,4@b] ->
+  // [4@b,4@a], [4@a] -> [4@b] with |a| = |b|). Tile t of a dim covers the
+  // same rows whichever axes count it, so every device receives its new tile
+  // whole from one device (a tile replicated over an axis it no longer is
+  // goes to several). The group spans the axes used before or after.
   Rep permute(Rep rep, const DimAxes& target) {
     if (rep.dims == target) return rep;
-    std::vector<int> have_axes, want_axes;
+    std::vector<int> axes;
     for (std::size_t d = 0; d < target.size(); ++d) {
       if (b_.axes_size(rep.dims[d]) != b_.axes_size(target[d])) return rep;
-      have_axes.insert(have_axes.end(), rep.dims[d].begin(), rep.dims[d].end());
-      want_axes.insert(want_axes.end(), target[d].begin(), target[d].end());
+      axes.insert(axes.end(), rep.dims[d].begin(), rep.dims[d].end());
+      axes.insert(axes.end(), target[d].begin(), target[d].end());
     }
-    std::sort(have_axes.begin(), have_axes.end());
-    std::sort(want_axes.begin(), want_axes.end());
-    if (have_axes != want_axes) return rep;
+    std::sort(axes.begin(), axes.end());
+    axes.erase(std::unique(axes.begin(), axes.end()), axes.end());
     Rep out = rep;
     out.dims = target;
     out.slot = slot_for(out.dims);
@@ -201,7 +206,7 @@ class Resharder {
       }
     }
     instruction.collective = collective(
-        CollectiveKind::kCollectivePermute, have_axes, bytes(rep.slot),
+        CollectiveKind::kCollectivePermute, axes, bytes(rep.slot),
         fmt::format("{} needs %{} with the same tiles on other devices: {} (sharded by {})", why_.consumer,
                     why_.value->name(), fmt::join(moved, ", "), why_.origin(first_moved)));
     b_.emit(std::move(instruction));
@@ -256,7 +261,7 @@ class Resharder {
       rematerialised(dim, have, target[d]);
     }
     const std::vector<int> axes(have.begin() + static_cast<std::ptrdiff_t>(common), have.end());
-    if (!uneven) regathered(dim, axes, target);
+    if (!uneven) regathered(dim, axes, common, target);
     Rep out = rep;
     out.dims[d].resize(common);
     out.slot = slot_for(out.dims);

@@ -84,12 +84,13 @@ Mesh::Mesh(std::vector<int64_t> device_ids, std::vector<int64_t> mesh_shape,
   if (!sorted_ids.empty() && sorted_ids.front() < 0) {
     throw Error("Device IDs must be non-negative, got: " + numpy_int_array(device_ids_));
   }
-  // Where PyTorch/XLA's numpy reshape of the ids would fail, after
-  // its own checks.
+  // PyTorch/XLA accepts such a mesh here and fails later, when numpy
+  // reshapes the ids (at 33 dims with numpy 1, 65 with numpy 2); shardflow
+  // refuses it up front, after PyTorch/XLA's own checks.
   if (mesh_shape_.size() > kMaxMeshAxes) {
-    throw Error(fmt::format("Mesh shape has {} dims; a mesh has at most {} (numpy arrays, which hold "
-                            "PyTorch/XLA's device mesh, have at most {} dims)",
-                            mesh_shape_.size(), kMaxMeshAxes, kMaxMeshAxes));
+    throw Error(fmt::format("Mesh shape has {} dims; shardflow supports at most {} (numpy 2's limit on array "
+                            "dims, which PyTorch/XLA reaches when it reshapes the device ids)",
+                            mesh_shape_.size(), kMaxMeshAxes));
   }
   // Unique ids in [0, size) are a permutation of 0..size-1.
   position_of_device_.resize(static_cast<std::size_t>(size_));

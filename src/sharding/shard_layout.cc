@@ -11,9 +11,16 @@
 
 namespace shardflow {
 
+// numel() of tensor/, which this stage does not link: the element count, an
+// error past int64 (a zero extent gives 0).
 static int64_t element_count(std::span<const int64_t> shape) {
   int64_t count = 1;
-  for (int64_t d : shape) count *= d;
+  bool overflow = false;
+  for (int64_t d : shape) {
+    if (d == 0) return 0;
+    overflow = __builtin_mul_overflow(count, d, &count) || overflow;
+  }
+  if (overflow) throw Error("shape " + python_int_tuple(shape) + " has more elements than a 64-bit count holds");
   return count;
 }
 

@@ -158,7 +158,7 @@ DenseTensor DenseTensor::empty(DType dtype, Shape shape) {
   tensor.dtype_ = dtype;
   tensor.numel_ = shardflow::numel(shape);
   if (tensor.numel_ > std::numeric_limits<int64_t>::max() / static_cast<int64_t>(element_size(dtype))) {
-    throw Error(fmt::format("out of memory: a {} tensor of shape {} needs more than 2^63 bytes", dtype_name(dtype),
+    throw Error(fmt::format("out of memory: a {} tensor of shape {} needs 2^63 bytes or more", dtype_name(dtype),
                             shape_to_string(shape)));
   }
   tensor.shape_ = std::move(shape);

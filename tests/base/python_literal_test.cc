@@ -74,7 +74,7 @@ TEST(PythonLiteral, ValidLiteralsPrintAsPythonRepr) {
       // String prefixes: u is a plain str; r keeps backslashes, and a
       // backslash keeps the quote after it inside the string.
       {"u'x'", "'x'"}, {"U\"x\"", "'x'"}, {"r'a\\nb'", "'a\\\\nb'"}, {"R'\\''", "\"\\\\'\""},
-      {"r'\\\\'", "'\\\\\\\\'"}, {"'a' r'\\t' u'c'", "'a\\\\tc'"}, {"(r'data', None)", "('data', None)"},
+      {"r'\\\\'", "'\\\\\\\\'"}, {"'a' r'\\t' u'c'", "'a\\\\tc'"}, {"(r'data', None)", "('data', None)"}, {"r'a\\\nb'", "'a\\\\\\nb'"},
       // Tuples, lists, dicts.
       {"()", "()"}, {"( )", "()"}, {"(1,)", "(1,)"}, {"(1)", "1"}, {"((1))", "1"},
       {"((1,))", "(1,)"}, {"1, 2", "(1, 2)"}, {"1,", "(1,)"}, {"(1, 2,)", "(1, 2)"},

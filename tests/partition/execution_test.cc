@@ -163,13 +163,14 @@ TEST(Execution, CausalAttentionWithSplitQueryRows) {
 TEST(Execution, CastOfAPartialSumComesAfterTheReduction) {
   sf::Runtime runtime = sf::Runtime::local(4);
   const std::string mesh = R"M([0, 1, 2, 3], "(4,)", "('x',)")M";
-  const std::string text = "func @f(%x: f32[8,8], %w: f32[8,8]) -> (i32[8,8], bf16[8,8]) {\n"
+  const std::string text = "func @f(%x: f32[8,8], %w: f32[8,8]) -> (i32[8,8], bf16[8,8], i32[8]) {\n"
                            "  %a = " + annotate("x", "(None, 'x')", "f32[8,8]", mesh) + "\n"
                            "  %b = " + annotate("w", "('x', None)", "f32[8,8]", mesh) + "\n"
                            "  %m = aten::matmul(%a, %b) : f32[8,8]\n"
                            "  %i = aten::to.dtype(%m, i32) : i32[8,8]\n"
                            "  %h = aten::to.dtype(%m, bf16) : bf16[8,8]\n"
-                           "  return %i, %h\n}\n";
+                           "  %s = aten::sum.dim_IntList(%m, [1], dtype=i32) : i32[8]\n"
+                           "  return %i, %h, %s\n}\n";
   std::vector<std::string> collectives;
   expect_same(text, runtime, {sf::randn({8, 8}, 1) * 3, sf::randn({8, 8}, 2)}, &collectives);
   ASSERT_EQ(collectives.size(), 1u);

@@ -215,6 +215,8 @@ TEST(Patterns, ReassignedTilesMoveInOneCollectivePermute) {
   EXPECT_EQ(summary(reorder), one_permute_of_ab) << reorder.program.to_string(reorder.graph);
   Partitioned uneven = partition(reshard(mesh4, "f32[7,6]", "(('a', 'b'), None)", "(('b', 'a'), None)"));
   EXPECT_EQ(summary(uneven), one_permute_of_ab) << uneven.program.to_string(uneven.graph);
+  Partitioned other_axis = partition(reshard(mesh4, "f32[8,6]", "('a', None)", "('b', None)"));
+  EXPECT_EQ(summary(other_axis), one_permute_of_ab) << other_axis.program.to_string(other_axis.graph);
   Partitioned rotate = partition(reshard(mesh8, "f32[4,4,4]", "('a', 'b', 'c')", "('c', 'a', 'b')"));
   EXPECT_EQ(summary(rotate), (std::vector<std::string>{"collective-permute a,b,c"}))
       << rotate.program.to_string(rotate.graph);
@@ -225,6 +227,40 @@ TEST(Patterns, ReassignedTilesMoveInOneCollectivePermute) {
                                             "is gathered over ('a', 'b') and split over ('a', 'b') again"),
             std::string::npos)
       << across.program.warnings[0];
+}
+
+// A dim gathered over one axis and split over another of a different size
+// is whole on every device in between: reported.
+TEST(Patterns, GatherThenSplitOverAnotherAxisIsReported) {
+  const std::string mesh = R"M([0, 1, 2, 3, 4, 5, 6, 7], "(2, 4)", "('x', 'y')")M";
+  const std::string text = "func @f(%a: f32[8,6]) -> (f32[8,6]) {\n"
+                           "  %b = " + annotate("a", "('x', None)", "f32[8,6]", mesh) + "\n"
+                           "  %r = aten::relu(%b) : f32[8,6]\n"
+                           "  %c = " + annotate("r", "('y', None)", "f32[8,6]", mesh) + "\n"
+                           "  return %c\n}\n";
+  const Partitioned p = partition(text);
+  EXPECT_EQ(summary(p), (std::vector<std::string>{"all-gather x"})) << p.program.to_string(p.graph);
+  ASSERT_EQ(p.program.warnings.size(), 1u);
+  EXPECT_NE(p.program.warnings[0].find("dim 0 of %r is gathered over 'x' and split over 'y' again"), std::string::npos)
+      << p.program.warnings[0];
+}
+
+// A partial sum stays partial through an exact widening (bf16 -> f32), so
+// the all-reduce runs in f32; the per-device listing shows constants.
+TEST(Patterns, PartialSumsPassExactWideningsAndTheListingShowsConstants) {
+  const std::string mesh = R"M([0, 1, 2, 3], "(4,)", "('x',)")M";
+  const std::string text = "func @f(%x: bf16[8,16], %w: bf16[16,8]) -> (f32[8,8], bf16[4,16]) {\n"
+                           "  %a = " + annotate("x", "(None, 'x')", "bf16[8,16]", mesh) + "\n"
+                           "  %b = " + annotate("w", "('x', None)", "bf16[16,8]", mesh) + "\n"
+                           "  %m = aten::matmul(%a, %b) : bf16[8,8]\n"
+                           "  %f = aten::to.dtype(%m, f32) : f32[8,8]\n"
+                           "  %s = aten::slice.Tensor(%a, 0, 2, 6) : bf16[4,16]\n"
+                           "  return %f, %s\n}\n";
+  const Partitioned p = partition(text);
+  ASSERT_EQ(summary(p), (std::vector<std::string>{"all-reduce x"})) << p.program.to_string(p.graph);
+  EXPECT_EQ(p.program.collectives[0].bytes_per_device, 8 * 8 * 4);  // f32[8,8]: after the cast
+  EXPECT_NE(p.program.to_string(p.graph).find("aten::slice.Tensor(%"), std::string::npos);
+  EXPECT_NE(p.program.to_string(p.graph).find(", 0, 2, 6)"), std::string::npos) << p.program.to_string(p.graph);
 }
 
 TEST(Patterns, UnevenReshardsAreReported) {

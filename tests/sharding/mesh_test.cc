@@ -56,8 +56,8 @@ const MeshErrorCase kErrors[] = {
        shape[0] = 2;
        return shape;
      }(), {}, std::nullopt,
-     "Mesh shape has 65 dims; a mesh has at most 64 (numpy arrays, which hold PyTorch/XLA's device mesh, "
-     "have at most 64 dims)"},
+     "Mesh shape has 65 dims; shardflow supports at most 64 (numpy 2's limit on array dims, which "
+     "PyTorch/XLA reaches when it reshapes the device ids)"},
 };
 
 class MeshErrors : public testing::TestWithParam<MeshErrorCase> {};

@@ -23,6 +23,11 @@ std::string print_graph(const Graph& graph, const PrintOptions& options = {});
 
 // The text of one node, as in print_graph ("%2 = aten::add.Tensor(%0, %1) : f32[4]").
 std::string print_node(const Node& node);
+// The arguments of a call as print_node writes them: schema order, trailing
+// positional defaults and default keywords left out, keywords as name=value.
+// text_of(i) is argument i's text; constant_of(i) its value if a constant.
+std::string print_arguments(const FunctionSchema& schema, const std::function<std::string(std::size_t)>& text_of,
+                            const std::function<const Constant*(std::size_t)>& constant_of);
 
 // Parses IR text. Op names may omit the overload when the arguments pick
 // one. Errors: "invalid IR at line L, column C: expected X, found Y".

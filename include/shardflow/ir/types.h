@@ -14,7 +14,8 @@ struct TensorType {
   Shape shape;
 
   int64_t rank() const { return static_cast<int64_t>(shape.size()); }
-  int64_t nbytes() const { return numel(shape) * static_cast<int64_t>(element_size(dtype)); }
+  // An error when the count does not fit in int64.
+  int64_t nbytes() const;
   std::string to_string() const;
   friend bool operator==(const TensorType&, const TensorType&) = default;
 };
