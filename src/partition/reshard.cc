@@ -4,11 +4,14 @@
 // order:
 //  1. partial sums: a reduce-scatter when the target shards a dim exactly
 //     by the partial axes (and the dim divides evenly), else an all-reduce;
-//  2. an axis moving from the minor end of one dim to the minor end of
+//  2. every dim keeping its tile count, over other axes or in another
+//     order: one collective-permute;
+//  3. an axis moving from the minor end of one dim to the minor end of
 //     another: an all-to-all (even dims);
-//  3. axes the target drops from a dim: an all-gather over them (an uneven
-//     dim is gathered whole: its shards do not nest);
-//  4. axes the target adds: a local slice, no communication.
+//  4. axes the target drops from a dim: an all-gather over them (an uneven
+//     dim is gathered whole: its shards do not nest; a gather of axes the
+//     target still uses is reported as a re-materialisation);
+//  5. axes the target adds: a local slice, no communication.
 // Example, [{x,y},{}] -> [{x},{}]: one all-gather over 'y' on dim 0.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
