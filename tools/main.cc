@@ -31,7 +31,8 @@ static constexpr const char* kBackendHelp =
     "rank 0 prints";
 
 // CLI11 2.1 turns an integer outside int64's range into the nearest bound;
-// refuse it instead (malformed text is left to CLI11's own error).
+// refuse it instead (malformed text is left to CLI11's own error). Given to
+// every integer option by refuse_integer_overflow.
 static const CLI::Validator kInt64 = CLI::Validator(
     [](std::string& text) -> std::string {
       int64_t value = 0;
@@ -42,6 +43,15 @@ static const CLI::Validator kInt64 = CLI::Validator(
       return "";
     },
     "");
+
+// Every integer option of every subcommand gets kInt64.
+static void refuse_integer_overflow(CLI::App& app) {
+  for (CLI::App* command : app.get_subcommands([](CLI::App*) { return true; })) {
+    for (CLI::Option* option : command->get_options()) {
+      if (option->get_type_name() == "INT") option->check(kInt64);
+    }
+  }
+}
 
 static void add_sharding_command(CLI::App& app, cli::ShardingOptions& options) {
   CLI::App* command = app.add_subcommand(
@@ -62,7 +72,7 @@ static void add_sharding_command(CLI::App& app, cli::ShardingOptions& options) {
                       "Tensor shape, e.g. 4,4; adds the padded shard shape and each device's "
                       "slices");
   command->add_option("--num-devices", options.num_devices,
-                      "Global device count the mesh must cover (default: the mesh size)")->check(kInt64);
+                      "Global device count the mesh must cover (default: the mesh size)");
   command->add_option("--format", options.format, "Output format")
       ->check(CLI::IsMember({"text", "v1", "v2", "json"}));
 }
@@ -77,10 +87,9 @@ static void add_ir_commands(CLI::App& app, cli::IrOptions& ir, cli::RunOptions& 
       "run", "Partition a graph, run it on in-process devices on deterministic random inputs, and "
              "summarise its outputs");
   run_command->add_option("file", run.file, "IR file")->required();
-  run_command->add_option("--seed", run.seed, "Seed of the random inputs")->check(kInt64);
+  run_command->add_option("--seed", run.seed, "Seed of the random inputs");
   run_command->add_option("--devices", run.devices,
-                          "Number of devices (must be the size of the annotations' mesh; default: that size)")
-      ->check(kInt64);
+                          "Number of devices (must be the size of the annotations' mesh; default: that size)");
   run_command->add_flag("--check", run.check,
                         "Also run on one device without sharding and compare every output (exit 1 if they differ)");
   run_command->add_flag("--profile", run.profile,
@@ -94,7 +103,7 @@ static void add_ir_commands(CLI::App& app, cli::IrOptions& ir, cli::RunOptions& 
       "partition", "Propagate shardings and partition a graph: every value's sharding, the per-device "
                    "program, and each collective with the reason it is there");
   partition_command->add_option("file", partition.file, "IR file")->required();
-  partition_command->add_option("--devices", partition.devices, "Number of devices (the annotations' mesh size)")->check(kInt64);
+  partition_command->add_option("--devices", partition.devices, "Number of devices (the annotations' mesh size)");
   partition_command->add_option("--format", partition.format, "Output format")
       ->check(CLI::IsMember({"text", "json"}));
 }
@@ -108,15 +117,15 @@ static void add_llama_command(CLI::App& app, cli::LlamaOptions& o) {
                 "llama2.c tokenizer.bin, or Hugging Face tokenizer.json (or a directory holding one); default: the "
                 "tokenizer.json of a --weights directory, if any; without one prompts and outputs are ids");
   c->add_option("--config", o.config, "Random-weight config: tiny, stories15M (default), stories110M, 7B");
-  c->add_option("--seed", o.seed, "Seed of random weights and of sampling")->check(kInt64);
+  c->add_option("--seed", o.seed, "Seed of random weights and of sampling");
   c->add_option("--mesh", o.mesh, "Mesh shape over the axes, e.g. 4,1,2 (default: all devices on 'model')");
   c->add_option("--axis-names", o.axis_names, "Mesh axis names (the plan uses data, fsdp, model)");
-  c->add_option("--devices", o.devices, "In-process devices (default: the mesh size, or 1)")->check(kInt64);
+  c->add_option("--devices", o.devices, "In-process devices (default: the mesh size, or 1)");
   auto* prompt = c->add_option("--prompt", o.prompt, "Prompt text (encoded with BOS; needs a tokenizer)");
   c->add_option("--prompt-ids", o.prompt_ids, "Prompt token ids, used exactly as given, e.g. 1,450,4996")
       ->excludes(prompt);
-  c->add_option("--steps", o.steps, "Tokens to generate")->check(kInt64);
-  c->add_option("--batch", o.batch, "Batch rows (default: the size of the 'data' axis)")->check(kInt64);
+  c->add_option("--steps", o.steps, "Tokens to generate");
+  c->add_option("--batch", o.batch, "Batch rows (default: the size of the 'data' axis)");
   c->add_option("--temperature", o.temperature, "0: greedy (default); above 0: sampling");
   c->add_option("--top-p", o.top_p, "Nucleus sampling threshold when sampling");
   c->add_flag("--check", o.check, "Also generate on one device without sharding and compare (exit 1 on mismatch)");
@@ -138,6 +147,7 @@ int main(int argc, char** argv) {
   add_ir_commands(app, ir_options, run_options, partition_options);
   cli::LlamaOptions llama_options;
   add_llama_command(app, llama_options);
+  refuse_integer_overflow(app);
 
   try {
     app.parse(argc, argv);

@@ -244,7 +244,7 @@ class LiteralParser {
     if (c == '(') return parse_parenthesised(depth);
     if (c == '[') return parse_list(depth);
     if (c == '{') return parse_dict(depth);
-    if (c == '\'' || c == '"' || string_prefix_length() > 0) return parse_strings();
+    if (c == '\'' || c == '"' || !string_prefix().empty()) return parse_strings();
     if (c == '-' || c == '+') return parse_signed();
     if (is_digit(c) || c == '.') return parse_number(false);
     if (is_identifier_start(c)) return parse_name();
@@ -373,27 +373,27 @@ class LiteralParser {
     return static_cast<int64_t>(magnitude);
   }
 
-  // The length of a string prefix (r, u, b, f and their pairs, any case)
-  // right before a quote at the current position; 0 if there is none.
-  std::size_t string_prefix_length() const {
+  // The string prefix (r, u, b, f and their pairs, any case) right before a
+  // quote at the current position, in lower case; "" if there is none.
+  std::string string_prefix() const {
     std::size_t n = 0;
     while (pos_ + n < text_.size() && n < 2 && std::string_view("rRuUbBfF").find(text_[pos_ + n]) != std::string_view::npos) {
       ++n;
     }
-    if (n == 0 || pos_ + n >= text_.size() || (text_[pos_ + n] != '\'' && text_[pos_ + n] != '"')) return 0;
+    if (n == 0 || pos_ + n >= text_.size() || (text_[pos_ + n] != '\'' && text_[pos_ + n] != '"')) return "";
     std::string prefix;
     for (std::size_t i = 0; i < n; ++i) prefix += static_cast<char>(text_[pos_ + i] | 0x20);
     for (std::string_view valid : {"r", "u", "b", "f", "br", "rb", "fr", "rf"}) {
-      if (prefix == valid) return n;
+      if (prefix == valid) return prefix;
     }
-    return 0;
+    return "";
   }
 
   // One or more adjacent string literals, concatenated as Python does.
   PyValue parse_strings() {
     std::string value = parse_one_string();
     skip_space();
-    while (peek() == '\'' || peek() == '"' || string_prefix_length() > 0) {
+    while (peek() == '\'' || peek() == '"' || !string_prefix().empty()) {
       value += parse_one_string();
       skip_space();
     }
@@ -402,15 +402,13 @@ class LiteralParser {
 
   std::string parse_one_string() {
     const std::size_t start = pos_;
-    const std::size_t prefix_length = string_prefix_length();
-    std::string prefix;
-    for (std::size_t i = 0; i < prefix_length; ++i) prefix += static_cast<char>(text_[pos_ + i] | 0x20);
+    const std::string prefix = string_prefix();
     if (prefix.find('b') != std::string::npos) {
       fail_message(start, "bytes literals (b'...') are not supported here; write a str");
     }
     if (prefix.find('f') != std::string::npos) fail_message(start, "an f-string is not a literal");
     const bool raw = prefix.find('r') != std::string::npos;
-    pos_ += prefix_length;
+    pos_ += prefix.size();
     const char quote = peek();
     ++pos_;
     std::string out;

@@ -95,14 +95,22 @@ StridedView simplified(const StridedView& view) {
   return out;
 }
 
+// Whether the view reads every element of a source of `source` shape, in
+// order: it is then the source itself under the view's shape. The kernels
+// take that path, and keeps_element_order asks the same question.
+bool reads_all_in_order(const StridedView& view, const Shape& source) {
+  const StridedView flat = simplified(view);
+  const bool in_order = flat.offset == 0 && (flat.shape.empty() ||
+                                             (flat.shape.size() == 1 && flat.strides[0] == 1));
+  return in_order && numel(view.shape) == numel(source);
+}
+
 // The view materialised as a row-major tensor: the source itself (reshaped)
 // when the view reads all of its bytes in order, else a copy whose rows are
 // memcpy'd when the innermost dim is contiguous in the source.
 DenseTensor view_or_copy(const DenseTensor& src, const StridedView& view) {
+  if (reads_all_in_order(view, src.shape())) return src.reshaped(view.shape);
   const StridedView flat = simplified(view);
-  const bool in_order = flat.offset == 0 && (flat.shape.empty() ||
-                                             (flat.shape.size() == 1 && flat.strides[0] == 1));
-  if (in_order && numel(view.shape) == src.numel()) return src.reshaped(view.shape);
   DenseTensor out = DenseTensor::empty(src.dtype(), view.shape);
   if (out.numel() == 0) return out;
   const std::size_t size = element_size(src.dtype());
@@ -450,6 +458,17 @@ Dims transpose_dims(const OpArgs& args, int64_t rank) {
   return perm;
 }
 
+// Result dim k is operand dim perm[k], as a view of the operand.
+StridedView permuted_view(const Shape& shape, const Dims& perm) {
+  const Dims strides = row_major_strides(shape);
+  StridedView view;
+  for (int64_t d : perm) {
+    view.shape.push_back(shape[to_index(d)]);
+    view.strides.push_back(strides[to_index(d)]);
+  }
+  return view;
+}
+
 // Result dim k is operand dim perm[k]; each operand dim's factor moves with
 // it: ([i, j])->([j, i]).
 template <class PermOf>
@@ -478,25 +497,13 @@ void add_permute(OpRegistry& r, std::string_view schema, PermOf perm_of) {
   };
   def.kernel = [perm_of](const OpArgs& args, std::span<const DenseTensor> in) {
     const DenseTensor& self = input(args, in);
-    const Dims strides = row_major_strides(self.shape());
-    StridedView view;
-    for (int64_t d : perm_of(args, self.rank())) {
-      view.shape.push_back(self.shape()[to_index(d)]);
-      view.strides.push_back(strides[to_index(d)]);
-    }
-    return std::vector<DenseTensor>{view_or_copy(self, view)};
+    return std::vector<DenseTensor>{view_or_copy(self, permuted_view(self.shape(), perm_of(args, self.rank())))};
   };
-  // Moving size-1 dims around keeps the order: [B,1,H,D] -> [B,H,1,D].
+  // True when only size-1 dims move: [B,1,H,D] -> [B,H,1,D].
   def.keeps_element_order = [perm_of](const OpArgs& args, std::span<const TensorType> in,
                                       std::span<const TensorType>) {
     const TensorType& self = input(args, in);
-    int64_t previous = -1;
-    for (int64_t d : perm_of(args, self.rank())) {
-      if (self.shape[to_index(d)] == 1) continue;
-      if (d < previous) return false;
-      previous = d;
-    }
-    return true;
+    return reads_all_in_order(permuted_view(self.shape, perm_of(args, self.rank())), self.shape);
   };
   r.add(schema, std::move(def));
 }
@@ -542,6 +549,20 @@ Shape expand_shape(const OpArgs& args, const TensorType& in) {
   return shape;
 }
 
+// `out` (expand_shape's result) as a view of `shape`: grown and new dims
+// repeat their element (stride 0).
+StridedView expanded_view(const Shape& shape, const Shape& out) {
+  StridedView view{0, out, {}};
+  const Dims strides = row_major_strides(shape);
+  const int64_t lead = static_cast<int64_t>(out.size()) - static_cast<int64_t>(shape.size());
+  for (int64_t k = 0; k < static_cast<int64_t>(out.size()); ++k) {
+    const int64_t d = k - lead;
+    const bool same = d >= 0 && shape[to_index(d)] == out[to_index(k)];
+    view.strides.push_back(same ? strides[to_index(d)] : 0);
+  }
+  return view;
+}
+
 void register_expand(OpRegistry& registry) {
   OpDef def;
   def.family = OpFamily::kMovement;
@@ -574,20 +595,13 @@ void register_expand(OpRegistry& registry) {
   };
   def.kernel = [](const OpArgs& args, std::span<const DenseTensor> in) {
     const DenseTensor& self = input(args, in);
-    StridedView view{0, expand_shape(args, {self.dtype(), self.shape()}), {}};
-    const Dims strides = row_major_strides(self.shape());
-    const int64_t lead = static_cast<int64_t>(view.shape.size()) - self.rank();
-    for (int64_t k = 0; k < static_cast<int64_t>(view.shape.size()); ++k) {
-      const int64_t d = k - lead;
-      const bool same = d >= 0 && self.shape()[to_index(d)] == view.shape[to_index(k)];
-      view.strides.push_back(same ? strides[to_index(d)] : 0);  // 0: repeat
-    }
-    return std::vector<DenseTensor>{view_or_copy(self, view)};
+    const TensorType type{self.dtype(), self.shape()};
+    return std::vector<DenseTensor>{view_or_copy(self, expanded_view(type.shape, expand_shape(args, type)))};
   };
-  // With the element count unchanged (reinterprets_operand checks it) no dim
-  // grows: only leading size-1 dims are added.
-  def.keeps_element_order = [](const OpArgs&, std::span<const TensorType>, std::span<const TensorType>) {
-    return true;
+  // True when nothing grows (only leading size-1 dims are added).
+  def.keeps_element_order = [](const OpArgs& args, std::span<const TensorType> in, std::span<const TensorType>) {
+    const TensorType& self = input(args, in);
+    return reads_all_in_order(expanded_view(self.shape, expand_shape(args, self)), self.shape);
   };
   def.output_shape_arg = "size";
   registry.add("aten::expand(Tensor(a) self, SymInt[] size, *, bool implicit=False) -> Tensor(a)",

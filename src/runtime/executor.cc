@@ -24,6 +24,14 @@ int64_t tile_index(const Mesh& mesh, const std::vector<int64_t>& coords, const s
   return tile;
 }
 
+// The inverse: sets `coords` over `axes` to the ones that select `tile`.
+void set_tile_coords(const Mesh& mesh, std::vector<int64_t>& coords, const std::vector<int>& axes, int64_t tile) {
+  for (std::size_t a = axes.size(); a-- > 0;) {
+    coords[static_cast<std::size_t>(axes[a])] = tile % mesh.axis_size(axes[a]);
+    tile /= mesh.axis_size(axes[a]);
+  }
+}
+
 int64_t axes_size(const Mesh& mesh, const std::vector<int>& axes) {
   int64_t size = 1;
   for (int axis : axes) size *= mesh.axis_size(axis);
@@ -145,12 +153,7 @@ class DeviceRun {
     std::vector<int64_t> coords = coords_;
     const std::size_t n = static_cast<std::size_t>(axes_size(mesh_, axes));
     for (std::size_t k = 0; k < n; ++k) {
-      std::size_t rest = k;
-      for (std::size_t a = axes.size(); a-- > 0;) {
-        const auto extent = static_cast<std::size_t>(mesh_.axis_size(axes[a]));
-        coords[static_cast<std::size_t>(axes[a])] = static_cast<int64_t>(rest % extent);
-        rest /= extent;
-      }
+      set_tile_coords(mesh_, coords, axes, static_cast<int64_t>(k));
       g.devices.push_back(mesh_.device_at(coords));
     }
     return groups_.emplace(axes, std::move(g)).first->second;
@@ -289,13 +292,8 @@ class DeviceRun {
           const std::vector<int64_t> target_coords = mesh_.coords_of(target);
           std::vector<int64_t> source_coords = target_coords;
           for (std::size_t d = 0; d < instruction.dims_after.size(); ++d) {
-            int64_t tile = tile_index(mesh_, target_coords, instruction.dims_after[d]);
-            const std::vector<int>& before = instruction.dims_before[d];
-            for (std::size_t a = before.size(); a-- > 0;) {
-              const auto axis = static_cast<std::size_t>(before[a]);
-              source_coords[axis] = tile % mesh_.axis_size(before[a]);
-              tile /= mesh_.axis_size(before[a]);
-            }
+            set_tile_coords(mesh_, source_coords, instruction.dims_before[d],
+                            tile_index(mesh_, target_coords, instruction.dims_after[d]));
           }
           pairs.emplace_back(mesh_.device_at(source_coords), target);
         }

@@ -68,7 +68,7 @@ struct Instruction {
   std::vector<int> axes_before;    // the dim's sharding before (slices, masks)
   std::vector<int> axes_after;     // and after
   // Collective-permute: every dim's sharding before and after (the same tile
-  // count per dim over the same axes, assigned to devices differently).
+  // count per dim, over other axes or in another order).
   std::vector<std::vector<int>> dims_before, dims_after;
   double fill = 0;                 // kMaskPadding
   double scale = 1;                // kCompute: multiply the result by it (mean over a sharded dim)
