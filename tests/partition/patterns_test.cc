@@ -192,6 +192,17 @@ TEST(Patterns, ReshapeSplittingAShardedDimNeedsNoCollective) {
 
 namespace {
 
+// %x annotated `from`, through a relu, annotated `to`: one reshard of %r
+// to the annotation at %b.
+std::string relu_resharded(const std::string& mesh, const std::string& type, const std::string& from,
+                           const std::string& to) {
+  return "func @f(%x: " + type + ") -> (" + type + ") {\n"
+         "  %a = " + annotate("x", from, type, mesh) + "\n"
+         "  %r = aten::relu(%a) : " + type + "\n"
+         "  %b = " + annotate("r", to, type, mesh) + "\n"
+         "  return %b\n}\n";
+}
+
 // The same tiles on other devices move in one collective-permute: axes
 // swapped between dims, reordered within a dim, rotated over three dims.
 // A move it cannot make (a tuple of axes from one dim to another) gathers,
@@ -199,28 +210,20 @@ namespace {
 TEST(Patterns, ReassignedTilesMoveInOneCollectivePermute) {
   const std::string mesh4 = R"M([0, 1, 2, 3], "(2, 2)", "('a', 'b')")M";
   const std::string mesh8 = R"M([0, 1, 2, 3, 4, 5, 6, 7], "(2, 2, 2)", "('a', 'b', 'c')")M";
-  const auto reshard = [](const std::string& mesh, const std::string& type, const std::string& from,
-                          const std::string& to) {
-    return "func @f(%x: " + type + ") -> (" + type + ") {\n"
-           "  %a = " + annotate("x", from, type, mesh) + "\n"
-           "  %r = aten::relu(%a) : " + type + "\n"
-           "  %b = " + annotate("r", to, type, mesh) + "\n"
-           "  return %b\n}\n";
-  };
   const std::vector<std::string> one_permute_of_ab{"collective-permute a,b"};
-  Partitioned swap = partition(reshard(mesh4, "f32[8,6]", "('a', 'b')", "('b', 'a')"));
+  Partitioned swap = partition(relu_resharded(mesh4, "f32[8,6]", "('a', 'b')", "('b', 'a')"));
   EXPECT_EQ(summary(swap), one_permute_of_ab) << swap.program.to_string(swap.graph);
   EXPECT_TRUE(swap.program.warnings.empty());
-  Partitioned reorder = partition(reshard(mesh4, "f32[8,6]", "(('a', 'b'), None)", "(('b', 'a'), None)"));
+  Partitioned reorder = partition(relu_resharded(mesh4, "f32[8,6]", "(('a', 'b'), None)", "(('b', 'a'), None)"));
   EXPECT_EQ(summary(reorder), one_permute_of_ab) << reorder.program.to_string(reorder.graph);
-  Partitioned uneven = partition(reshard(mesh4, "f32[7,6]", "(('a', 'b'), None)", "(('b', 'a'), None)"));
+  Partitioned uneven = partition(relu_resharded(mesh4, "f32[7,6]", "(('a', 'b'), None)", "(('b', 'a'), None)"));
   EXPECT_EQ(summary(uneven), one_permute_of_ab) << uneven.program.to_string(uneven.graph);
-  Partitioned other_axis = partition(reshard(mesh4, "f32[8,6]", "('a', None)", "('b', None)"));
+  Partitioned other_axis = partition(relu_resharded(mesh4, "f32[8,6]", "('a', None)", "('b', None)"));
   EXPECT_EQ(summary(other_axis), one_permute_of_ab) << other_axis.program.to_string(other_axis.graph);
-  Partitioned rotate = partition(reshard(mesh8, "f32[4,4,4]", "('a', 'b', 'c')", "('c', 'a', 'b')"));
+  Partitioned rotate = partition(relu_resharded(mesh8, "f32[4,4,4]", "('a', 'b', 'c')", "('c', 'a', 'b')"));
   EXPECT_EQ(summary(rotate), (std::vector<std::string>{"collective-permute a,b,c"}))
       << rotate.program.to_string(rotate.graph);
-  Partitioned across = partition(reshard(mesh4, "f32[8,8]", "(('a', 'b'), None)", "(None, ('a', 'b'))"));
+  Partitioned across = partition(relu_resharded(mesh4, "f32[8,8]", "(('a', 'b'), None)", "(None, ('a', 'b'))"));
   EXPECT_EQ(summary(across), (std::vector<std::string>{"all-gather a,b"}));
   ASSERT_EQ(across.program.warnings.size(), 1u);
   EXPECT_NE(across.program.warnings[0].find("involuntary re-materialisation for the annotation at %b: dim 0 of %r "
@@ -233,12 +236,7 @@ TEST(Patterns, ReassignedTilesMoveInOneCollectivePermute) {
 // is whole on every device in between: reported.
 TEST(Patterns, GatherThenSplitOverAnotherAxisIsReported) {
   const std::string mesh = R"M([0, 1, 2, 3, 4, 5, 6, 7], "(2, 4)", "('x', 'y')")M";
-  const std::string text = "func @f(%a: f32[8,6]) -> (f32[8,6]) {\n"
-                           "  %b = " + annotate("a", "('x', None)", "f32[8,6]", mesh) + "\n"
-                           "  %r = aten::relu(%b) : f32[8,6]\n"
-                           "  %c = " + annotate("r", "('y', None)", "f32[8,6]", mesh) + "\n"
-                           "  return %c\n}\n";
-  const Partitioned p = partition(text);
+  const Partitioned p = partition(relu_resharded(mesh, "f32[8,6]", "('x', None)", "('y', None)"));
   EXPECT_EQ(summary(p), (std::vector<std::string>{"all-gather x"})) << p.program.to_string(p.graph);
   ASSERT_EQ(p.program.warnings.size(), 1u);
   EXPECT_NE(p.program.warnings[0].find("dim 0 of %r is gathered over 'x' and split over 'y' again"), std::string::npos)
