@@ -414,6 +414,7 @@ void register_linear(OpRegistry& registry) {
     return std::vector<TensorType>{linear_type(in[0], in[1], bias_type(args, in))};
   };
   def.sharding_rule = linear_rule;
+  def.addend_arg = "bias";
   def.kernel = [](const OpArgs& args, std::span<const DenseTensor> in) {
     const int bias = args.tensor("bias");
     const DenseTensor* bias_tensor = bias < 0 ? nullptr : &in[static_cast<std::size_t>(bias)];

@@ -9,7 +9,8 @@
 //     (reshard.cc), except that partial sums may stay partial through ops
 //     that are linear in them;
 //  3. overwrite padding with the reduction's identity where a sharded dim is
-//     reduced or contracted and does not divide evenly;
+//     reduced or contracted and does not divide evenly, and keep an addend
+//     (linear's bias) on one device of each group the contraction spans;
 //  4. run the op's kernel on the local shards (shape arguments rewritten to
 //     local shapes); a sharded contraction leaves a partial sum over its axes.
 // Graph outputs are reduced and laid out as propagation said.
@@ -296,6 +297,7 @@ class Partitioner {
     for (const Value* v : node.outputs()) out_types.push_back(v->type());
     const OpArgs global_args = node.op_args();
     const OpShardingRule rule = op.sharding_rule(global_args, in_types, out_types);
+    const int addend = op.addend_arg.empty() ? -1 : global_args.tensor(op.addend_arg);
 
     // 1. Factor shardings: agreed contractions, then what the results have,
     // then what operands offer.
@@ -358,12 +360,12 @@ class Partitioner {
         std::optional<std::vector<int>> agreed;
         bool all_agree = true;
         std::vector<std::size_t> whole;  // operands that have the factor's dim whole
-        bool every_operand_has_it = true;   // else it stays whole (see the bias check below)
+        bool every_operand_has_it = true;   // else it stays whole (see the addend check below)
         for (std::size_t o = 0; o < operands.size(); ++o) {
           const bool has = std::any_of(rule.operands[o].begin(), rule.operands[o].end(), [&](const auto& factors) {
             return std::find(factors.begin(), factors.end(), static_cast<int>(f)) != factors.end();
           });
-          every_operand_has_it = every_operand_has_it && has;
+          every_operand_has_it = every_operand_has_it && (has || static_cast<int>(o) == addend);
           if (!has) continue;
           if (offered[o][f].empty()) {
             whole.push_back(o);
@@ -392,15 +394,17 @@ class Partitioner {
 
     make_representable(rule, factor_axes, mesh_);
     // A sharded contraction leaves partial sums; an operand without that
-    // factor (linear's bias) would then be added once per shard. Such a
-    // contraction is not sharded.
+    // factor would then be added once per shard. The op's addend (linear's
+    // bias) is counted once instead (step 3); with any other such operand
+    // the contraction is not sharded.
     for (std::size_t f = 0; f < rule.factors.size(); ++f) {
       if (rule.factors[f].kind != FactorKind::kReduction || factor_axes[f].empty()) continue;
-      for (const DimFactors& mapping : rule.operands) {
-        const bool has = std::any_of(mapping.begin(), mapping.end(), [&](const std::vector<int>& factors) {
+      for (std::size_t o = 0; o < operands.size(); ++o) {
+        const bool has = std::any_of(rule.operands[o].begin(), rule.operands[o].end(), [&](const auto& factors) {
           return std::find(factors.begin(), factors.end(), static_cast<int>(f)) != factors.end();
         });
-        if (!has) factor_axes[f].clear();
+        const bool counted_once = static_cast<int>(o) == addend && rule.factors[f].reduction == ReduceOp::kSum;
+        if (!has && !counted_once) factor_axes[f].clear();
       }
     }
 
@@ -471,6 +475,19 @@ class Partitioner {
           builder_.emit(std::move(mask));
         }
       }
+    }
+    // The addend joins one partial sum of each reduction group: every other
+    // device adds zeros.
+    if (addend >= 0 && !partial_axes.empty()) {
+      Rep& rep = local[static_cast<std::size_t>(addend)];
+      Instruction once;
+      once.kind = InstructionKind::kCountOnce;
+      once.inputs = {rep.slot};
+      rep.slot = builder_.new_slot(builder_.slot_type(rep.slot));
+      once.outputs = {rep.slot};
+      once.axes_before = partial_axes;
+      std::sort(once.axes_before.begin(), once.axes_before.end());
+      builder_.emit(std::move(once));
     }
     // Partial sums carried through a linear op.
     for (const Rep& rep : local) {

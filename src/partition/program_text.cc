@@ -53,16 +53,19 @@ static std::string bytes_text(int64_t bytes) {
   return fmt::format("{} B", bytes);
 }
 
+// "'data', 'model'"
+static std::string axes_list(const Mesh& mesh, const std::vector<int>& axes) {
+  std::string text;
+  for (std::size_t i = 0; i < axes.size(); ++i) text += fmt::format("{}'{}'", i > 0 ? ", " : "", mesh.axis_label(axes[i]));
+  return text;
+}
+
 std::string CollectiveInfo::describe(const Mesh& mesh) const {
-  std::string axes_text;
-  for (std::size_t i = 0; i < axes.size(); ++i) {
-    axes_text += fmt::format("{}'{}'", i > 0 ? ", " : "", mesh.axis_label(axes[i]));
-  }
   std::string op;
   if (kind == CollectiveKind::kAllReduce || kind == CollectiveKind::kReduceScatter) {
     op = reduction == ReduceOp::kSum ? "" : reduction == ReduceOp::kMax ? " (max)" : " (min)";
   }
-  return fmt::format("{}{} over {} ({}/device): {}", to_string(kind), op, axes_text,
+  return fmt::format("{}{} over {} ({}/device): {}", to_string(kind), op, axes_list(mesh, axes),
                      bytes_text(bytes_per_device), reason);
 }
 
@@ -123,6 +126,9 @@ std::string PartitionedProgram::to_string(const Graph& graph) const {
       case InstructionKind::kMaskPadding:
         out += fmt::format("  {} = mask-padding({}) dim {} with {}\n", outputs, inputs, instruction.dim,
                            instruction.fill);
+        break;
+      case InstructionKind::kCountOnce:
+        out += fmt::format("  {} = count-once({}) over {}\n", outputs, inputs, axes_list(*mesh, instruction.axes_before));
         break;
     }
   }

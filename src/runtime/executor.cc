@@ -94,6 +94,7 @@ class DeviceRun {
         case InstructionKind::kCollective: collective(instruction); break;
         case InstructionKind::kLocalSlice: local_slice(instruction); break;
         case InstructionKind::kMaskPadding: mask(instruction); break;
+        case InstructionKind::kCountOnce: count_once(instruction); break;
       }
       if (timed_) {
         times_.add(profile_key(instruction), std::chrono::duration<double>(Clock::now() - start).count(),
@@ -122,6 +123,7 @@ class DeviceRun {
       case InstructionKind::kCollective: return std::string(to_string(collective_kind(instruction)));
       case InstructionKind::kLocalSlice: return "local-slice";
       case InstructionKind::kMaskPadding: return "mask-padding";
+      case InstructionKind::kCountOnce: return "count-once";
     }
     return "?";
   }
@@ -342,6 +344,12 @@ class DeviceRun {
       copy_rows(filled(input.dtype(), padding_shape, instruction.fill), 0, out, valid, s - valid, dim);
     }
     set(instruction, std::move(out));
+  }
+
+  void count_once(const Instruction& instruction) {
+    const DenseTensor& input = in(instruction);
+    const bool first = tile_index(mesh_, coords_, instruction.axes_before) == 0;
+    set(instruction, first ? input : filled(input.dtype(), input.shape(), 0));
   }
 
   const PartitionedProgram& program_;

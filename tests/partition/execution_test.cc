@@ -199,3 +199,45 @@ TEST(Execution, CollectivePermuteReshards) {
 }
 
 }  // namespace
+
+namespace {
+
+// Row-parallel linear with a bias (GPT-style layers): the product stays a
+// partial sum and is reduced once; the bias joins one device's part per
+// group, so it is added once. Nothing else moves: neither the weight nor
+// the activation is gathered. Covers an uneven contraction (7 features over
+// 'model' of 3: padded shards), a bias sharded with the output features, a
+// 0-d bias, and a result wanted split over the contracted axis
+// (reduce-scatter).
+TEST(Execution, RowParallelLinearWithABiasReducesOnce) {
+  sf::Runtime runtime = sf::Runtime::local(6);
+  const std::string mesh = R"M([0, 1, 2, 3, 4, 5], "(2, 3)", "('data', 'model')")M";
+  struct Case {
+    std::string w_spec, bias_type, out_spec, collective;
+  };
+  const Case cases[] = {
+      {"(None, 'model')", "f32[4]", "('data', None, None)", "all-reduce over 'model'"},
+      {"('data', 'model')", "f32[4]", "(None, None, 'data')", "all-reduce over 'model'"},
+      {"(None, 'model')", "f32[]", "('data', None, None)", "all-reduce over 'model'"},
+      {"(None, 'model')", "f32[4]", "('data', 'model', None)", "reduce-scatter over 'model'"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.w_spec + " " + c.bias_type + " -> " + c.out_spec);
+    const bool data_on_rows = c.out_spec.rfind("('data'", 0) == 0;
+    const std::string x_spec = data_on_rows ? "('data', None, 'model')" : "(None, None, 'model')";
+    const std::string text = "func @f(%x: f32[2,6,7], %w: f32[4,7], %b: " + c.bias_type + ") -> (f32[2,6,4]) {\n"
+                             "  %xa = " + annotate("x", x_spec, "f32[2,6,7]", mesh) + "\n"
+                             "  %wa = " + annotate("w", c.w_spec, "f32[4,7]", mesh) + "\n"
+                             "  %y = aten::linear(%xa, %wa, %b) : f32[2,6,4]\n"
+                             "  %ya = " + annotate("y", c.out_spec, "f32[2,6,4]", mesh) + "\n"
+                             "  return %ya\n}\n";
+    const sf::Shape bias_shape = c.bias_type == "f32[]" ? sf::Shape{} : sf::Shape{4};
+    std::vector<std::string> collectives;
+    expect_same(text, runtime, {sf::randn({2, 6, 7}, 1), sf::randn({4, 7}, 2), sf::randn(bias_shape, 3) + 5},
+                &collectives);
+    ASSERT_EQ(collectives.size(), 1u) << testing::PrintToString(collectives);
+    EXPECT_EQ(collectives[0].rfind(c.collective, 0), 0u) << collectives[0];
+  }
+}
+
+}  // namespace

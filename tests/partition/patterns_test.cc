@@ -327,11 +327,11 @@ TEST(Patterns, ContractionShardedByTheWeightSlicesAWholeActivationWhenTheResultI
   EXPECT_EQ(linear_against_a_weight_sharded_on_its_inputs(4096, 64), (std::vector<std::string>{"all-to-all model"}));
 }
 
-// A bias would be added once per partial sum, so the contraction stays whole
-// and the weight moves to the result's layout (never gathered whole).
-TEST(Patterns, ContractionWithABiasMovesTheWeightInstead) {
+// A bias does not change that choice: one device of the reduction group
+// adds it to its partial sum, the others add zeros.
+TEST(Patterns, ContractionWithABiasStillSlicesTheActivation) {
   EXPECT_EQ(linear_against_a_weight_sharded_on_its_inputs(1, 288, "(None, None)", true),
-            (std::vector<std::string>{"all-to-all model"}));
+            (std::vector<std::string>{"reduce-scatter model"}));
 }
 
 // An activation split over 'model' along its rows cannot also be sliced

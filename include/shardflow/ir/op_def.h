@@ -101,6 +101,11 @@ struct OpDef {
   // Values depend on global positions (arange, rand, randn): the whole result
   // is computed on every device and each keeps its shard.
   bool position_dependent = false;
+  // The tensor argument added to the result after the contraction (linear's
+  // "bias"). A sharded contraction leaves partial sums that would each add
+  // it, so the partitioner keeps it on one device per reduction group and
+  // zeros it on the others, rather than leaving the contraction whole.
+  std::string addend_arg;
   // The argument that holds the result's shape (reshape's "shape", expand's
   // "size"): the partitioner rewrites it to the local (per-device) shape.
   std::string output_shape_arg;

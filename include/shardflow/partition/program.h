@@ -44,6 +44,8 @@ enum class InstructionKind {
   kCollective,   // see `collective`
   kLocalSlice,   // keep the device's tile of a dim (no communication)
   kMaskPadding,  // overwrite a dim's padding with `fill` (before a reduction over it)
+  kCountOnce,    // keep the value where the coordinates over `axes_before` are all 0, zero it
+                 // elsewhere: a partial sum over those axes then adds it once (linear's bias)
 };
 
 struct Instruction {
@@ -65,7 +67,7 @@ struct Instruction {
   int dim = 0;
   int concat_dim = 0;
   int64_t global_size = 0;         // the dim's global extent
-  std::vector<int> axes_before;    // the dim's sharding before (slices, masks)
+  std::vector<int> axes_before;    // the dim's sharding before (slices, masks); count-once's axes
   std::vector<int> axes_after;     // and after
   // Collective-permute: every dim's sharding before and after (the same tile
   // count per dim, over other axes or in another order).

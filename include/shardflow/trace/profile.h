@@ -25,7 +25,8 @@ class OpProfile {
     // The op ("aten::linear"), a collective ("all-reduce"), or a partitioner
     // step ("local-slice": a device keeps its tile of a replicated value;
     // "mask-padding": the padded rows of an uneven shard are set before a
-    // reduction).
+    // reduction; "count-once": a bias is zeroed on all but one device of a
+    // sharded contraction).
     std::string op;
     int64_t calls = 0;
     double seconds = 0;
