@@ -183,7 +183,13 @@ class Partitioner {
     why.value = value;
     why.consumer = std::move(consumer);
     why.origin = [this, value](int dim) { return origin_text(value, dim); };
-    Rep result = partition_detail::reshard(builder_, rep, target, value->type().shape, value->type().dtype, why);
+    // A partial sum already reduced for another consumer is not reduced
+    // again: that reduced copy is moved instead (a slice, or a gather that
+    // costs half an all-reduce), and every consumer sees the same sums.
+    const auto reduced = reduced_.find(value);
+    const Rep& source = rep.unreduced.empty() || reduced == reduced_.end() ? rep : reduced->second;
+    Rep result = partition_detail::reshard(builder_, source, target, value->type().shape, value->type().dtype, why);
+    if (!rep.unreduced.empty()) reduced_.try_emplace(value, result);
     resharded_.emplace(key, result);
     return result;
   }
@@ -548,6 +554,7 @@ class Partitioner {
   PartitionedProgram& program_;
   std::unordered_map<const Value*, Rep> reps_;
   std::map<std::pair<const Value*, DimAxes>, Rep> resharded_;
+  std::unordered_map<const Value*, Rep> reduced_;  // a partial sum's first reduced copy
 };
 
 }  // namespace

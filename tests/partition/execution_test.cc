@@ -241,3 +241,39 @@ TEST(Execution, RowParallelLinearWithABiasReducesOnce) {
 }
 
 }  // namespace
+
+namespace {
+
+// One partial sum wanted whole by one consumer and split by another is
+// reduced once: the second consumer slices (or gathers) the reduced copy.
+// Two reductions would cost more and could round differently.
+TEST(Execution, PartialSumWithTwoConsumersIsReducedOnce) {
+  sf::Runtime runtime = sf::Runtime::local(4);
+  const std::string mesh = R"M([0, 1, 2, 3], "(4,)", "('model',)")M";
+  const std::pair<std::string, std::string> orders[] = {{"(None, None)", "('model', None)"},
+                                                        {"('model', None)", "(None, None)"}};
+  const std::string second_collective[] = {"", "all-gather over 'model'"};
+  for (std::size_t k = 0; k < 2; ++k) {
+    const auto& [first, second] = orders[k];
+    SCOPED_TRACE(first + " then " + second);
+    const std::string text = "func @f(%x: f32[8,8], %w: f32[8,8]) -> (f32[8,8], f32[8,8]) {\n"
+                             "  %a = " + annotate("x", "(None, 'model')", "f32[8,8]", mesh) + "\n"
+                             "  %b = " + annotate("w", "('model', None)", "f32[8,8]", mesh) + "\n"
+                             "  %m = aten::matmul(%a, %b) : f32[8,8]\n"
+                             "  %p = " + annotate("m", first, "f32[8,8]", mesh) + "\n"
+                             "  %q = " + annotate("m", second, "f32[8,8]", mesh) + "\n"
+                             "  return %p, %q\n}\n";
+    std::vector<std::string> collectives;
+    expect_same(text, runtime, {sf::randn({8, 8}, 1), sf::randn({8, 8}, 2)}, &collectives);
+    const std::size_t reductions = static_cast<std::size_t>(std::count_if(
+        collectives.begin(), collectives.end(),
+        [](const std::string& c) { return c.rfind("all-reduce", 0) == 0 || c.rfind("reduce-scatter", 0) == 0; }));
+    EXPECT_EQ(reductions, 1u) << testing::PrintToString(collectives);
+    EXPECT_EQ(collectives.size(), second_collective[k].empty() ? 1u : 2u) << testing::PrintToString(collectives);
+    if (collectives.size() == 2) {
+      EXPECT_EQ(collectives[1].rfind(second_collective[k], 0), 0u) << collectives[1];
+    }
+  }
+}
+
+}  // namespace
