@@ -50,9 +50,10 @@ DimAxes effective_axes(const Mesh& mesh, const Sharding& sharding) {
 }
 
 // Splits a dim's axes over its factors (major first); see propagation.cc for
-// the same projection. Returns per factor the axes it takes.
+// the same projection. Calls assign(factor, axes) for each factor it reaches.
+template <class Assign>
 void project_dim(const Mesh& mesh, const OpShardingRule& rule, const std::vector<int>& factors,
-                 const std::vector<int>& axes, std::vector<std::vector<int>>& out) {
+                 const std::vector<int>& axes, Assign assign) {
   std::size_t next = 0;
   for (std::size_t i = 0; i < factors.size(); ++i) {
     const auto f = static_cast<std::size_t>(factors[i]);
@@ -65,9 +66,22 @@ void project_dim(const Mesh& mesh, const OpShardingRule& rule, const std::vector
       taken.push_back(axes[next++]);
       product = with;
     }
-    out[f] = std::move(taken);
+    assign(f, std::move(taken));
     if (!last && product != rule.factors[f].size) break;
   }
+}
+
+// The axes an operand's layout gives the factors on its dims, listed only
+// for those factors: cat has a factor per operand, so a dense table would
+// grow with the square of its operand count.
+using FactorOffer = std::vector<std::pair<std::size_t, std::vector<int>>>;
+
+const std::vector<int>& offered_axes(const FactorOffer& offer, std::size_t f) {
+  static const std::vector<int> kWhole;
+  for (const auto& [factor, axes] : offer) {
+    if (factor == f) return axes;
+  }
+  return kWhole;
 }
 
 // The dims' axes a tensor gets from the factors' axes.
@@ -240,7 +254,7 @@ class Partitioner {
   // op reads a few rows of it; computing on the operand's layout and slicing
   // the small result instead costs next to nothing.
   static bool slices_a_picked_from_operand(const OpShardingRule& rule,
-                                           const std::vector<std::vector<std::vector<int>>>& offered,
+                                           const std::vector<FactorOffer>& offered,
                                            const std::vector<Value*>& operands, std::size_t f,
                                            const std::vector<int>& wanted, const Value* result) {
     for (std::size_t o = 0; o < operands.size(); ++o) {
@@ -251,7 +265,10 @@ class Partitioner {
           picked_from = picked_from || rule.factors[static_cast<std::size_t>(g)].kind == FactorKind::kNeedReplication;
         }
       }
-      if (has_f && picked_from && offered[o][f] != wanted && operands[o]->type().nbytes() > result->type().nbytes()) return true;
+      if (has_f && picked_from && offered_axes(offered[o], f) != wanted &&
+          operands[o]->type().nbytes() > result->type().nbytes()) {
+        return true;
+      }
     }
     return false;
   }
@@ -342,11 +359,13 @@ class Partitioner {
       for (int axis : current[o]->unreduced) used[static_cast<std::size_t>(axis)] = true;
     }
     // What each operand's current layout says about each factor.
-    std::vector<std::vector<std::vector<int>>> offered(operands.size());
+    std::vector<FactorOffer> offered(operands.size());
     for (std::size_t o = 0; o < operands.size(); ++o) {
       const DimAxes& dims = reps_.at(operands[o]).dims;
-      offered[o].resize(rule.factors.size());
-      for (std::size_t d = 0; d < dims.size(); ++d) project_dim(mesh_, rule, rule.operands[o][d], dims[d], offered[o]);
+      for (std::size_t d = 0; d < dims.size(); ++d) {
+        project_dim(mesh_, rule, rule.operands[o][d], dims[d],
+                    [&](std::size_t f, std::vector<int> axes) { offered[o].emplace_back(f, std::move(axes)); });
+      }
     }
     // A factor only the results have (stack's new dim) can be sharded only
     // when the op can make a local shape of any size (it has a shape
@@ -373,12 +392,13 @@ class Partitioner {
           });
           every_operand_has_it = every_operand_has_it && (has || static_cast<int>(o) == addend);
           if (!has) continue;
-          if (offered[o][f].empty()) {
+          const std::vector<int>& axes = offered_axes(offered[o], f);
+          if (axes.empty()) {
             whole.push_back(o);
             continue;
           }
-          if (!agreed) agreed = offered[o][f];
-          all_agree = all_agree && *agreed == offered[o][f];
+          if (!agreed) agreed = axes;
+          all_agree = all_agree && *agreed == axes;
         }
         if (!agreed || !all_agree || !every_operand_has_it) continue;
         if (whole.empty() || slicing_whole_operands_is_cheaper(operands, whole, *agreed, node)) take(f, *agreed);
@@ -386,15 +406,18 @@ class Partitioner {
       for (std::size_t r = 0; r < node.outputs().size(); ++r) {
         const DimAxes dims = effective_axes(mesh_, shardings_.sharding(node.outputs()[r]));
         std::vector<std::vector<int>> projected(rule.factors.size());
-        for (std::size_t d = 0; d < dims.size(); ++d) project_dim(mesh_, rule, rule.results[r][d], dims[d], projected);
+        for (std::size_t d = 0; d < dims.size(); ++d) {
+          project_dim(mesh_, rule, rule.results[r][d], dims[d],
+                      [&](std::size_t f, std::vector<int> axes) { projected[f] = std::move(axes); });
+        }
         for (std::size_t f = 0; f < projected.size(); ++f) {
-          if (!in_operands[f] && op.output_shape_arg.empty()) continue;
+          if (projected[f].empty() || (!in_operands[f] && op.output_shape_arg.empty())) continue;
           if (slices_a_picked_from_operand(rule, offered, operands, f, projected[f], node.outputs()[r])) continue;
           take(f, projected[f]);
         }
       }
-      for (std::size_t o = 0; o < operands.size(); ++o) {
-        for (std::size_t f = 0; f < rule.factors.size(); ++f) take(f, offered[o][f]);
+      for (const FactorOffer& offer : offered) {
+        for (const auto& [f, axes] : offer) take(f, axes);
       }
     }
 
