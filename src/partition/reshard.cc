@@ -6,8 +6,8 @@
 //     by the partial axes (and the dim divides evenly), else an all-reduce;
 //  2. every dim keeping its tile count, over other axes or in another
 //     order: one collective-permute;
-//  3. an axis moving from the minor end of one dim to the minor end of
-//     another: an all-to-all (even dims);
+//  3. axes moving from the minor end of one dim to the minor end of
+//     another: an all-to-all over them (even dims);
 //  4. axes the target drops from a dim: an all-gather over them (an uneven
 //     dim is gathered whole: its shards do not nest; a gather of axes the
 //     target still uses is reported as a re-materialisation);
@@ -216,19 +216,20 @@ class Resharder {
     return out;
   }
 
-  // 3. One axis moving between the minor ends of two dims.
+  // 3. Axes moving between the minor ends of two dims: the device at index
+  // k over those axes holds sub-tile k of the one dim and wants sub-tile k
+  // of the other, so one all-to-all over them moves them all ([{a,b},{}] ->
+  // [{},{a,b}] is one all-to-all over ('a', 'b')).
   Rep all_to_all(Rep rep, const DimAxes& target) {
     for (std::size_t from = 0; from < target.size(); ++from) {
       const std::vector<int>& have = rep.dims[from];
-      if (have.empty() || target[from].size() + 1 != have.size() ||
-          !std::equal(target[from].begin(), target[from].end(), have.begin())) {
-        continue;
-      }
-      const int axis = have.back();
+      const std::size_t kept = target[from].size();
+      if (kept >= have.size() || !std::equal(target[from].begin(), target[from].end(), have.begin())) continue;
+      const std::vector<int> moving(have.begin() + static_cast<std::ptrdiff_t>(kept), have.end());
       for (std::size_t to = 0; to < target.size(); ++to) {
         if (to == from) continue;
         std::vector<int> wanted = rep.dims[to];
-        wanted.push_back(axis);
+        wanted.insert(wanted.end(), moving.begin(), moving.end());
         if (target[to] != wanted || !even(static_cast<int>(from), have) || !even(static_cast<int>(to), wanted)) {
           continue;
         }
@@ -239,9 +240,9 @@ class Resharder {
         Instruction instruction = step(InstructionKind::kCollective, rep.slot, out.slot, static_cast<int>(to));
         instruction.concat_dim = static_cast<int>(from);
         instruction.collective = collective(
-            CollectiveKind::kAllToAll, {axis}, bytes(rep.slot),
-            fmt::format("{} needs {} sharded on '{}' instead of dim {} (sharded by {})", why_.consumer,
-                        dim_text(static_cast<int>(to)), b_.mesh().axis_label(axis), from,
+            CollectiveKind::kAllToAll, moving, bytes(rep.slot),
+            fmt::format("{} needs {} sharded on {} instead of dim {} (sharded by {})", why_.consumer,
+                        dim_text(static_cast<int>(to)), b_.axes_text(moving), from,
                         why_.origin(static_cast<int>(from))));
         b_.emit(std::move(instruction));
         return all_to_all(out, target);

@@ -81,7 +81,7 @@ TEST(Execution, MegatronMlp) {
 TEST(Execution, ReshardsBetweenLayouts) {
   sf::Runtime runtime = sf::Runtime::local(8);
   const std::string mesh = R"M([0, 1, 2, 3, 4, 5, 6, 7], "(2, 4)", "('x', 'y')")M";
-  const char* specs[] = {"('x', 'y')", "('y', 'x')", "(('x', 'y'), None)", "(None, ('y', 'x'))",
+  const char* specs[] = {"('x', 'y')", "('y', 'x')", "(('x', 'y'), None)", "(None, ('y', 'x'))", "(None, ('x', 'y'))",
                          "('x', None)", "(None, 'y')", "(None, None)"};
   for (const char* from : specs) {
     for (const char* to : specs) {

@@ -205,8 +205,8 @@ std::string relu_resharded(const std::string& mesh, const std::string& type, con
 
 // The same tiles on other devices move in one collective-permute: axes
 // swapped between dims, reordered within a dim, rotated over three dims.
-// A move it cannot make (a tuple of axes from one dim to another) gathers,
-// and says so.
+// A move it cannot make (a tuple of axes from one dim to another in
+// another order) gathers, and says so.
 TEST(Patterns, ReassignedTilesMoveInOneCollectivePermute) {
   const std::string mesh4 = R"M([0, 1, 2, 3], "(2, 2)", "('a', 'b')")M";
   const std::string mesh8 = R"M([0, 1, 2, 3, 4, 5, 6, 7], "(2, 2, 2)", "('a', 'b', 'c')")M";
@@ -223,13 +223,26 @@ TEST(Patterns, ReassignedTilesMoveInOneCollectivePermute) {
   Partitioned rotate = partition(relu_resharded(mesh8, "f32[4,4,4]", "('a', 'b', 'c')", "('c', 'a', 'b')"));
   EXPECT_EQ(summary(rotate), (std::vector<std::string>{"collective-permute a,b,c"}))
       << rotate.program.to_string(rotate.graph);
-  Partitioned across = partition(relu_resharded(mesh4, "f32[8,8]", "(('a', 'b'), None)", "(None, ('a', 'b'))"));
+  Partitioned across = partition(relu_resharded(mesh4, "f32[8,8]", "(('a', 'b'), None)", "(None, ('b', 'a'))"));
   EXPECT_EQ(summary(across), (std::vector<std::string>{"all-gather a,b"}));
   ASSERT_EQ(across.program.warnings.size(), 1u);
   EXPECT_NE(across.program.warnings[0].find("involuntary re-materialisation for the annotation at %b: dim 0 of %r "
                                             "is gathered over ('a', 'b') and split over ('a', 'b') again"),
             std::string::npos)
       << across.program.warnings[0];
+}
+
+// Axes moving together from the minor end of one dim to the minor end of
+// another, in the same order, move in one all-to-all over all of them.
+TEST(Patterns, AxesMovingBetweenDimsTogetherAreOneAllToAll) {
+  const std::string mesh8 = R"M([0, 1, 2, 3, 4, 5, 6, 7], "(2, 2, 2)", "('a', 'b', 'c')")M";
+  Partitioned both = partition(relu_resharded(mesh8, "f32[8,8]", "(('a', 'b'), None)", "(None, ('a', 'b'))"));
+  EXPECT_EQ(summary(both), (std::vector<std::string>{"all-to-all a,b"})) << both.program.to_string(both.graph);
+  EXPECT_TRUE(both.program.warnings.empty());
+  Partitioned suffix = partition(relu_resharded(mesh8, "f32[8,8]", "(('a', 'b', 'c'), None)", "('a', ('b', 'c'))"));
+  EXPECT_EQ(summary(suffix), (std::vector<std::string>{"all-to-all b,c"})) << suffix.program.to_string(suffix.graph);
+  Partitioned onto = partition(relu_resharded(mesh8, "f32[8,8]", "(('b', 'c'), 'a')", "(None, ('a', 'b', 'c'))"));
+  EXPECT_EQ(summary(onto), (std::vector<std::string>{"all-to-all b,c"})) << onto.program.to_string(onto.graph);
 }
 
 // A dim gathered over one axis and split over another of a different size
