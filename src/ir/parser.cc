@@ -251,7 +251,8 @@ class IrParser {
       if (graph.find_value(name.text)) fail_at(name, fmt::format("value %{} is defined twice", name.text));
       output_names.push_back(name.text);
     }
-    graph.add_node(*op, std::move(node_args), std::move(types), std::move(output_names));
+    graph.add_node(*op, std::move(node_args), std::move(types), std::move(output_names))
+        ->set_source_line(names.front().line);
   }
 
   std::string parse_op_name() {

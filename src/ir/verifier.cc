@@ -13,10 +13,14 @@ void verify_graph(const Graph& graph) {
   std::unordered_set<const Value*> defined(graph.inputs().begin(), graph.inputs().end());
   for (const auto& node_ptr : graph.nodes()) {
     const Node& node = *node_ptr;
-    const auto where = [&] { return print_node(node); };
+    // "'%z = aten::matmul(%y, %x) : f32[4,8]' at line 3" (the line when parsed)
+    const auto where = [&] {
+      const std::string line = node.source_line() > 0 ? fmt::format(" at line {}", node.source_line()) : "";
+      return fmt::format("'{}'{}", print_node(node), line);
+    };
     const auto& params = node.op().schema.arguments();
     if (node.args().size() != params.size()) {
-      throw Error(fmt::format("invalid node '{}': {} arguments for {} schema slots", where(),
+      throw Error(fmt::format("invalid node {}: {} arguments for {} schema slots", where(),
                               node.args().size(), params.size()));
     }
     // Re-bind the arguments: every slot given, positionally.
@@ -36,7 +40,7 @@ void verify_graph(const Graph& graph) {
       std::vector<int> indices;
       for (Value* value : values) {
         if (!defined.contains(value)) {
-          throw Error(fmt::format("invalid node '{}': %{} is used before it is defined", where(),
+          throw Error(fmt::format("invalid node {}: %{} is used before it is defined", where(),
                                   value->name()));
         }
         indices.push_back(static_cast<int>(input_types.size()));
@@ -50,22 +54,22 @@ void verify_graph(const Graph& graph) {
       try {
         return bind_arguments(node.op(), call_args, input_types);
       } catch (const Error& error) {
-        throw Error(fmt::format("invalid node '{}': {}", where(), error.what()));
+        throw Error(fmt::format("invalid node {}: {}", where(), error.what()));
       }
     }();
     std::vector<TensorType> inferred;
     try {
       inferred = node.op().infer(args, input_types);
     } catch (const Error& error) {
-      throw Error(fmt::format("invalid node '{}': {}", where(), error.what()));
+      throw Error(fmt::format("invalid node {}: {}", where(), error.what()));
     }
     if (inferred.size() != node.outputs().size()) {
-      throw Error(fmt::format("invalid node '{}': the op returns {} value(s), the node has {}",
+      throw Error(fmt::format("invalid node {}: the op returns {} value(s), the node has {}",
                               where(), inferred.size(), node.outputs().size()));
     }
     for (std::size_t i = 0; i < inferred.size(); ++i) {
       if (inferred[i] != node.outputs()[i]->type()) {
-        throw Error(fmt::format("invalid node '{}': %{} is declared {} but {} infers {}", where(),
+        throw Error(fmt::format("invalid node {}: %{} is declared {} but {} infers {}", where(),
                                 node.outputs()[i]->name(), node.outputs()[i]->type().to_string(),
                                 node.op().full_name(), inferred[i].to_string()));
       }

@@ -152,12 +152,23 @@ TEST(IrText, ErrorsNameLineColumnAndExpectation) {
 TEST(IrText, VerifierRechecksInferredTypes) {
   sf::ops::register_all_ops();
   const char* wrong_type = "func @f(%x: f32[2,3]) -> (f32[2]) {\n  %a = aten::sum.dim_IntList(%x, [0]) : f32[2]\n  return %a\n}\n";
-  // Parsing keeps the declared type; verification re-infers and objects.
+  // Parsing keeps the declared type; verification re-infers and objects,
+  // naming the node and its line.
   try {
     sf::verify_graph(sf::parse_graph(wrong_type));
     FAIL() << "no error";
   } catch (const sf::Error& error) {
-    EXPECT_NE(std::string(error.what()).find("is declared f32[2] but aten::sum.dim_IntList infers f32[3]"),
+    EXPECT_NE(std::string(error.what()).find("invalid node '%a = aten::sum.dim_IntList(%x, [0]) : f32[2]' at line 2: "
+                                             "%a is declared f32[2] but aten::sum.dim_IntList infers f32[3]"),
+              std::string::npos) << error.what();
+  }
+  const char* bad_shapes = "func @f(%x: f32[4,8]) -> (f32[4,8]) {\n  %y = aten::exp(%x) : f32[4,8]\n\n"
+                           "  %z = aten::matmul(%y, %x) : f32[4,8]\n  return %z\n}\n";
+  try {
+    sf::verify_graph(sf::parse_graph(bad_shapes));
+    FAIL() << "no error";
+  } catch (const sf::Error& error) {
+    EXPECT_NE(std::string(error.what()).find("' at line 4: mat1 and mat2 shapes cannot be multiplied (4x8 and 4x8)"),
               std::string::npos) << error.what();
   }
 }

@@ -59,10 +59,14 @@ class Node {
   std::vector<Value*> inputs() const;
   // The arguments as an OpArgs (tensor indices refer to inputs()).
   OpArgs op_args() const;
+  // The IR text line the node was parsed from, for errors; 0 when traced.
+  int source_line() const { return source_line_; }
+  void set_source_line(int line) { source_line_ = line; }
 
  private:
   friend class Graph;
   const OpDef* op_ = nullptr;
+  int source_line_ = 0;
   std::vector<NodeArg> args_;
   std::vector<Value*> outputs_;
 };
