@@ -61,8 +61,9 @@ Value* TraceContext::capture(const std::shared_ptr<TensorImpl>& tensor) {
   const std::size_t position = captured_.size();
   const std::size_t input_index = record_.num_explicit_inputs + position;
   // A tensor the function built from data during this trace is part of the
-  // function; it is matched by value. Anything else is matched by identity.
-  const bool by_value = tensor->trace_id == id_;
+  // function; it is matched by value. Anything else is matched by identity,
+  // as is a shape-only (meta) tensor, which has no value to match.
+  const bool by_value = tensor->trace_id == id_ && !tensor->meta;
   Value* value = nullptr;
   if (replay_) {
     bool same = position < record_.captured.size();

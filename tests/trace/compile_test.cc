@@ -214,6 +214,22 @@ TEST(Compile, TracesShapeOnlyInputsWithoutRunning) {
   EXPECT_THROW(step(sf::Tensor::meta(sf::DType::kF32, {8, 4096})), sf::Error);
 }
 
+// Shape-only tensors made inside the function (a 7B layer's weights, say)
+// become graph inputs, annotated or not, also after an op on them.
+TEST(Compile, TracesShapeOnlyTensorsMadeInsideTheFunction) {
+  const sf::Mesh mesh({0, 1, 2, 3}, {4}, {"model"});
+  auto step = sf::compile([&](sf::Tensor x) {
+    const sf::Tensor w = sf::mark_sharding(sf::Tensor::meta(sf::DType::kF32, {64, 32}) * 1, mesh, {"model", sf::none});
+    const sf::Tensor b = sf::Tensor::meta(sf::DType::kF32, {64});
+    return sf::linear(x, w, b);
+  });
+  const sf::Graph& graph = step.trace(sf::Tensor::meta(sf::DType::kF32, {8, 32}));
+  EXPECT_EQ(graph.inputs().size(), 3u) << sf::print_graph(graph);
+  ASSERT_EQ(graph.nodes().size(), 2u) << sf::print_graph(graph);
+  EXPECT_EQ(graph.nodes()[0]->op().full_name(), "xla::dynamo_mark_sharding");
+  EXPECT_EQ(graph.nodes()[1]->op().full_name(), "aten::linear");
+}
+
 TEST(Compile, SavedGraphRunsFromTheCli) {
   auto step = sf::compile([](sf::Tensor x) { return sf::softmax(x, -1); });
   step(sf::randn({2, 3}, 0));
