@@ -99,6 +99,33 @@ TEST(Patterns, TransformerLayerIsTwoAllReduces) {
       << sf::print_with_shardings(p.graph, p.shardings) << p.program.to_string(p.graph);
 }
 
+// The same layer as GPT-2 writes it: linear layers with biases. A row-parallel
+// layer's bias is added by one device of each 'model' group, so the
+// Megatron count holds (before, the bias kept the contraction whole).
+TEST(Patterns, TransformerLayerWithBiasesIsTwoAllReduces) {
+  const sf::Mesh mesh({0, 1, 2, 3, 4, 5, 6, 7}, {2, 4}, {"data", "model"});
+  const int64_t b = 2, t = 4, d = 16, heads = 4, hd = 4, ffn = 32;
+  const auto layer = [&](sf::Tensor x) {
+    // Weights stored [out, in], as linear takes them.
+    const auto column = [&](int64_t out, int64_t in, const sf::Tensor& y) {
+      return sf::linear(y, sf::mark_sharding(meta({out, in}) * 1, mesh, {"model", sf::none}), meta({out}) * 1);
+    };
+    const auto row = [&](int64_t out, int64_t in, const sf::Tensor& y) {
+      return sf::linear(y, sf::mark_sharding(meta({out, in}) * 1, mesh, {sf::none, "model"}), meta({out}) * 1);
+    };
+    x = sf::mark_sharding(x, mesh, {"data", sf::none, sf::none});
+    const auto split = [&](const sf::Tensor& y) { return y.reshape({b, t, heads, hd}).transpose(1, 2); };
+    const sf::Tensor q = split(column(d, d, x)), k = split(column(d, d, x)), v = split(column(d, d, x));
+    const sf::Tensor probs = sf::softmax(sf::matmul(q, k.transpose(-2, -1)) * 0.5, -1);
+    const sf::Tensor attention = sf::matmul(probs, v).transpose(1, 2).reshape({b, t, d});
+    const sf::Tensor x1 = x + row(d, d, attention);
+    return x1 + row(d, ffn, sf::gelu(column(ffn, d, x1)));
+  };
+  const Partitioned p = partition_traced(layer, meta({b, t, d}));
+  EXPECT_EQ(summary(p), (std::vector<std::string>{"all-reduce model", "all-reduce model"}))
+      << sf::print_with_shardings(p.graph, p.shardings) << p.program.to_string(p.graph);
+}
+
 TEST(Patterns, TwoDimensionalFsdpAndTensorParallelMlp) {
   // In[B_data, D_model], W_in[D_data, F_model], W_out[F_model, D_data] (here
   // X = data, Y = model): forward = all-gather_Y(In), all-gather_X(W_in),
