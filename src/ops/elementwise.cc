@@ -287,11 +287,12 @@ void register_binary_ops(OpRegistry& r) {
              Linearity::kBilinear);
   add_binary(r, "aten::mul.Scalar(Tensor self, Scalar other) -> Tensor", R::kPromoted, multiply,
              Linearity::kLinear);
+  // Division needs the reduced numerator: by a zero, parts of mixed signs
+  // give inf + -inf = NaN where their sum gives one infinity. Reducing first
+  // moves no more bytes (the quotient is as large as the numerator).
   const auto divide = plain([](auto x, auto y) { return x / y; });
-  add_binary(r, "aten::div.Tensor(Tensor self, Tensor other) -> Tensor", R::kTrueDivision, divide,
-             Linearity::kNumerator);
-  add_binary(r, "aten::div.Scalar(Tensor self, Scalar other) -> Tensor", R::kTrueDivision, divide,
-             Linearity::kLinear);
+  add_binary(r, "aten::div.Tensor(Tensor self, Tensor other) -> Tensor", R::kTrueDivision, divide);
+  add_binary(r, "aten::div.Scalar(Tensor self, Scalar other) -> Tensor", R::kTrueDivision, divide);
   add_binary(r, "aten::pow.Tensor_Tensor(Tensor self, Tensor exponent) -> Tensor", R::kPromoted,
              plain([](auto x, auto y) { return power(x, y); }));
   add_binary(r, "aten::pow.Tensor_Scalar(Tensor self, Scalar exponent) -> Tensor", R::kPromoted,

@@ -242,7 +242,6 @@ class Partitioner {
       case Linearity::kLinear: return operands.size() == 1;
       case Linearity::kAdditive: return std::all_of(operands.begin(), operands.end(), same_partial);
       case Linearity::kBilinear: return partial_count == 1;
-      case Linearity::kNumerator: return index == 0 && partial_count == 1;
     }
     return false;
   }

@@ -80,10 +80,10 @@ using KeepsOrderFn = std::function<bool(const OpArgs&, std::span<const TensorTyp
 // consumer needs whole values (as Megatron's row-parallel layers do).
 enum class Linearity {
   kNone,       // needs reduced operands (exp, gelu, softmax, add of a number, ...)
-  kLinear,     // linear in its one tensor operand (neg, movement ops, sum, mul by a number)
+  kLinear,     // linear in its one tensor operand (neg, movement ops, sum, mul by a number;
+               // not div, whose parts by a zero add to NaN)
   kAdditive,   // add/sub of tensors: fine when every operand is unreduced the same way
   kBilinear,   // mul, matmul: linear in each operand while the others are reduced
-  kNumerator,  // div: linear in the first operand while the second is reduced
 };
 
 struct OpDef {
