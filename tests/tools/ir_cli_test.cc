@@ -140,6 +140,37 @@ TEST(IrCli, RunChecksAgainstOneDevice) {
   EXPECT_NE(text.out.find("within tolerance"), std::string::npos) << text.out;
 }
 
+// Partial sums that overflow to +inf and -inf on different devices add to
+// NaN where one device gets +inf: the check fails, although the reference
+// holds an infinity (which once made every difference tolerable). A
+// division of a partial sum by zeros reduces first and matches.
+TEST(IrCli, RunCheckComparesInfinitiesExactly) {
+  const std::string overflow = write("overflow.ir", R"IR(func @f() -> (f32[4]) {
+  %p = aten::full([4, 4], 3e+38) : f32[4,4]
+  %n = aten::full([2, 4], -3e+38) : f32[2,4]
+  %c = aten::cat([%p, %n], 0) : f32[6,4]
+  %a = xla::dynamo_mark_sharding(%c, [0, 1, 2], "(3,)", "('x',)", "('x', None)") : f32[6,4]
+  %s = aten::sum.dim_IntList(%a, [0]) : f32[4]
+  return %s
+}
+)IR");
+  const CliResult r = run_cli("run " + overflow + " --check");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("OUT OF TOLERANCE"), std::string::npos) << r.out;
+  const std::string divide = write("divide.ir", R"IR(func @f(%x: f32[8,8], %w: f32[8,8]) -> (f32[8,8]) {
+  %a = xla::dynamo_mark_sharding(%x, [0, 1, 2, 3], "(4,)", "('model',)", "(None, 'model')") : f32[8,8]
+  %b = xla::dynamo_mark_sharding(%w, [0, 1, 2, 3], "(4,)", "('model',)", "('model', None)") : f32[8,8]
+  %m = aten::matmul(%a, %b) : f32[8,8]
+  %z = aten::sub.Tensor(%x, %x) : f32[8,8]
+  %r = aten::div.Tensor(%m, %z) : f32[8,8]
+  return %r
+}
+)IR");
+  const CliResult d = run_cli("run " + divide + " --check --format json");
+  ASSERT_EQ(d.status, 0) << d.err << d.out;
+  EXPECT_EQ(nlohmann::json::parse(d.out)["max_abs_diff"].get<double>(), 0.0);
+}
+
 // Token ids that reach embedding through an annotation are drawn within the
 // table; 16-bit outputs are compared at their own precision; shapes beyond
 // int64 or memory are one error line, not a crash.
