@@ -21,6 +21,7 @@
 #include <map>
 #include <optional>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "partitioner.h"
 #include "shardflow/base/error.h"
@@ -146,6 +147,10 @@ class Partitioner {
         program_(program) {}
 
   void run() {
+    for (const auto& node : graph_.nodes()) {
+      for (const Value* input : node->inputs()) users_[input].push_back(node.get());
+    }
+    for (const Value* output : graph_.outputs()) returned_.insert(output);
     for (const Value* input : graph_.inputs()) {
       const Sharding& sharding = shardings_.sharding(input);
       Rep rep;
@@ -198,12 +203,14 @@ class Partitioner {
     why.consumer = std::move(consumer);
     why.origin = [this, value](int dim) { return origin_text(value, dim); };
     // A partial sum already reduced for another consumer is not reduced
-    // again: that reduced copy is moved instead (a slice, or a gather that
-    // costs half an all-reduce), and every consumer sees the same sums.
+    // again: the reduction's result (before that consumer's own slices) is
+    // moved instead, and every consumer sees the same sums.
     const auto reduced = reduced_.find(value);
     const Rep& source = rep.unreduced.empty() || reduced == reduced_.end() ? rep : reduced->second;
-    Rep result = partition_detail::reshard(builder_, source, target, value->type().shape, value->type().dtype, why);
-    if (!rep.unreduced.empty()) reduced_.try_emplace(value, result);
+    Rep after_reduction;
+    Rep result = partition_detail::reshard(builder_, source, target, value->type().shape, value->type().dtype, why,
+                                           &after_reduction);
+    if (&source == &rep && !rep.unreduced.empty()) reduced_.emplace(value, after_reduction);
     resharded_.emplace(key, result);
     return result;
   }
@@ -244,6 +251,22 @@ class Partitioner {
       case Linearity::kBilinear: return partial_count == 1;
     }
     return false;
+  }
+
+  // Whether operand `index`, a partial sum, stays partial through `node`:
+  // the op allows it, and no other use of the value certainly needs it
+  // reduced (an op that is not linear in it, an annotation, a graph output).
+  // Otherwise it is reduced once here and every use shares that reduction;
+  // carrying it partial would reduce it again later.
+  bool stays_partial(const Node& node, const std::vector<const Rep*>& operands, std::size_t index) const {
+    if (!keeps_partial(node, operands, index)) return false;
+    const Value* value = node.inputs()[index];
+    if (returned_.contains(value)) return false;
+    const auto found = users_.find(value);
+    if (found == users_.end()) return true;
+    return std::none_of(found->second.begin(), found->second.end(), [&](const Node* user) {
+      return user != &node && (user->op().full_name() == ops::kMarkShardingOp || user->op().linearity == Linearity::kNone);
+    });
   }
 
   // Whether following the result's layout for factor f would re-slice an
@@ -354,7 +377,7 @@ class Partitioner {
     std::vector<const Rep*> current;
     for (const Value* v : operands) current.push_back(&reps_.at(v));
     for (std::size_t o = 0; o < operands.size(); ++o) {
-      if (current[o]->unreduced.empty() || !keeps_partial(node, current, o)) continue;
+      if (current[o]->unreduced.empty() || !stays_partial(node, current, o)) continue;
       for (int axis : current[o]->unreduced) used[static_cast<std::size_t>(axis)] = true;
     }
     // What each operand's current layout says about each factor.
@@ -441,7 +464,7 @@ class Partitioner {
     for (std::size_t o = 0; o < operands.size(); ++o) {
       const DimAxes wanted = project_back(mesh_, rule, rule.operands[o], factor_axes);
       Rep rep = *current[o];
-      const bool keep_partial = !rep.unreduced.empty() && keeps_partial(node, current, o);
+      const bool keep_partial = !rep.unreduced.empty() && stays_partial(node, current, o);
       if (rep.dims != wanted || (!rep.unreduced.empty() && !keep_partial)) {
         const ReshardWhy why{operands[o], node_text(node),
                              [this, v = operands[o]](int d) { return origin_text(v, d); }};
@@ -577,6 +600,8 @@ class Partitioner {
   std::unordered_map<const Value*, Rep> reps_;
   std::map<std::pair<const Value*, DimAxes>, Rep> resharded_;
   std::unordered_map<const Value*, Rep> reduced_;  // a partial sum's first reduced copy
+  std::unordered_map<const Value*, std::vector<const Node*>> users_;
+  std::unordered_set<const Value*> returned_;  // graph outputs
 };
 
 }  // namespace

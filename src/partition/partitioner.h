@@ -51,9 +51,10 @@ struct ReshardWhy {
 };
 
 // Emits what turns `from` into `target` dims with no partial sums; returns
-// the new representation.
+// the new representation. `reduced`, when given and `from` is partial, gets
+// the representation right after the reduction (before any move or slice).
 Rep reshard(ProgramBuilder& builder, const Rep& from, const DimAxes& target, const Shape& global,
-            DType dtype, const ReshardWhy& why);
+            DType dtype, const ReshardWhy& why, Rep* reduced = nullptr);
 
 // The padded local shape of `global` under `dims`.
 Shape padded_shape(const Mesh& mesh, const Shape& global, const DimAxes& dims);

@@ -67,8 +67,11 @@ class Resharder {
   Resharder(ProgramBuilder& builder, const Shape& global, DType dtype, const ReshardWhy& why)
       : b_(builder), global_(global), dtype_(dtype), why_(why) {}
 
-  Rep run(Rep rep, const DimAxes& target) {
-    if (!rep.unreduced.empty()) rep = reduce(rep, target);
+  Rep run(Rep rep, const DimAxes& target, Rep* reduced) {
+    if (!rep.unreduced.empty()) {
+      rep = reduce(rep, target);
+      if (reduced != nullptr) *reduced = rep;
+    }
     rep = permute(rep, target);
     rep = all_to_all(rep, target);
     for (std::size_t d = 0; d < target.size(); ++d) rep = gather(rep, target, static_cast<int>(d));
@@ -312,12 +315,12 @@ class Resharder {
 }  // namespace
 
 Rep reshard(ProgramBuilder& builder, const Rep& from, const DimAxes& target, const Shape& global,
-            DType dtype, const ReshardWhy& why) {
+            DType dtype, const ReshardWhy& why, Rep* reduced) {
   if (target.size() != from.dims.size()) {
     throw Error(fmt::format("internal: resharding %{} of rank {} to a rank-{} sharding", why.value->name(),
                             from.dims.size(), target.size()));
   }
-  return Resharder(builder, global, dtype, why).run(from, target);
+  return Resharder(builder, global, dtype, why).run(from, target, reduced);
 }
 
 }  // namespace shardflow::partition_detail

@@ -1,5 +1,6 @@
 // Partitioned programs run on in-process devices give the single-device
 // results: reference patterns and uneven shapes.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "shardflow/partition/program.h"
@@ -244,6 +245,69 @@ TEST(Execution, RowParallelLinearWithABiasReducesOnce) {
 
 namespace {
 
+// Reductions counted in collective descriptions.
+std::size_t reductions_in(const std::vector<std::string>& collectives) {
+  return static_cast<std::size_t>(std::count_if(collectives.begin(), collectives.end(), [](const std::string& c) {
+    return c.rfind("all-reduce", 0) == 0 || c.rfind("reduce-scatter", 0) == 0;
+  }));
+}
+
+// The later consumers of a reduced partial sum slice the reduction's result,
+// not the first consumer's slice of it: an uneven first target (7 rows over
+// 4) is all-reduced then sliced, and a max over ('data', 'model') wanted in
+// four layouts is all-reduced once, with no gathers after.
+TEST(Execution, LaterConsumersSliceTheReductionsResult) {
+  const std::string mesh4 = R"M([0, 1, 2, 3], "(4,)", "('model',)")M";
+  const std::string uneven = "func @f(%x: f32[7,8], %w: f32[8,8]) -> (f32[7,8], f32[7,8]) {\n"
+                             "  %a = " + annotate("x", "(None, 'model')", "f32[7,8]", mesh4) + "\n"
+                             "  %b = " + annotate("w", "('model', None)", "f32[8,8]", mesh4) + "\n"
+                             "  %m = aten::matmul(%a, %b) : f32[7,8]\n"
+                             "  %p = " + annotate("m", "('model', None)", "f32[7,8]", mesh4) + "\n"
+                             "  %q = " + annotate("m", "(None, None)", "f32[7,8]", mesh4) + "\n"
+                             "  return %p, %q\n}\n";
+  std::vector<std::string> collectives;
+  {
+    sf::Runtime four = sf::Runtime::local(4);
+    expect_same(uneven, four, {sf::randn({7, 8}, 1), sf::randn({8, 8}, 2)}, &collectives);
+  }
+  EXPECT_EQ(collectives.size(), 1u) << testing::PrintToString(collectives);
+  sf::Runtime runtime = sf::Runtime::local(8);
+  const std::string mesh8 = R"M([0, 1, 2, 3, 4, 5, 6, 7], "(2, 4)", "('data', 'model')")M";
+  std::string text = "func @f(%x: f32[8,8]) -> (f32[8], f32[8], f32[8], f32[8]) {\n"
+                     "  %a = " + annotate("x", "(None, ('data', 'model'))", "f32[8,8]", mesh8) + "\n"
+                     "  %m = aten::amax(%a, [1]) : f32[8]\n";
+  const char* specs[] = {"('model',)", "(None,)", "('data',)", "(('data', 'model'),)"};
+  for (int k = 0; k < 4; ++k) {
+    text += fmt::format("  %p{} = {}\n  %q{} = aten::exp(%p{}) : f32[8]\n", k,
+                        annotate("m", specs[k], "f32[8]", mesh8), k, k);
+  }
+  text += "  return %q0, %q1, %q2, %q3\n}\n";
+  collectives.clear();
+  expect_same(text, runtime, {sf::randn({8, 8}, 3)}, &collectives);
+  EXPECT_EQ(collectives.size(), 1u) << testing::PrintToString(collectives);
+}
+
+// A partial sum used by an op that could carry it partial (transpose) and
+// by one that needs it whole (relu) is reduced once, for both: carrying it
+// through the transpose would reduce it a second time.
+TEST(Execution, PartialSumNeededWholeElsewhereIsReducedBeforeALinearUse) {
+  sf::Runtime runtime = sf::Runtime::local(8);
+  const std::string mesh = R"M([0, 1, 2, 3, 4, 5, 6, 7], "(2, 4)", "('data', 'model')")M";
+  for (const bool transpose_first : {true, false}) {
+    const std::string relu = "  %r = aten::relu(%y) : f32[2,4]\n";
+    const std::string transpose = "  %t = aten::transpose.int(%y, 0, 1) : f32[4,2]\n";
+    const std::string text = "func @f(%x: f32[2,7], %w: f32[4,7], %b: f32[4]) -> (f32[2,4], f32[4,2]) {\n"
+                             "  %xa = " + annotate("x", "(None, 'model')", "f32[2,7]", mesh) + "\n"
+                             "  %wa = " + annotate("w", "(None, 'model')", "f32[4,7]", mesh) + "\n"
+                             "  %y = aten::linear(%xa, %wa, %b) : f32[2,4]\n" +
+                             (transpose_first ? transpose + relu : relu + transpose) +
+                             "  return %r, %t\n}\n";
+    std::vector<std::string> collectives;
+    expect_same(text, runtime, {sf::randn({2, 7}, 1), sf::randn({4, 7}, 2), sf::randn({4}, 3)}, &collectives);
+    EXPECT_EQ(collectives.size(), 1u) << testing::PrintToString(collectives);
+  }
+}
+
 // One partial sum wanted whole by one consumer and split by another is
 // reduced once: the second consumer slices (or gathers) the reduced copy.
 // Two reductions would cost more and could round differently.
@@ -265,10 +329,7 @@ TEST(Execution, PartialSumWithTwoConsumersIsReducedOnce) {
                              "  return %p, %q\n}\n";
     std::vector<std::string> collectives;
     expect_same(text, runtime, {sf::randn({8, 8}, 1), sf::randn({8, 8}, 2)}, &collectives);
-    const std::size_t reductions = static_cast<std::size_t>(std::count_if(
-        collectives.begin(), collectives.end(),
-        [](const std::string& c) { return c.rfind("all-reduce", 0) == 0 || c.rfind("reduce-scatter", 0) == 0; }));
-    EXPECT_EQ(reductions, 1u) << testing::PrintToString(collectives);
+    EXPECT_EQ(reductions_in(collectives), 1u) << testing::PrintToString(collectives);
     EXPECT_EQ(collectives.size(), second_collective[k].empty() ? 1u : 2u) << testing::PrintToString(collectives);
     if (collectives.size() == 2) {
       EXPECT_EQ(collectives[1].rfind(second_collective[k], 0), 0u) << collectives[1];
