@@ -7,7 +7,8 @@
 //  2. every dim keeping its tile count, over other axes or in another
 //     order: one collective-permute;
 //  3. axes moving from the minor end of one dim to the minor end of
-//     another: an all-to-all over them (even dims);
+//     another, where the target has them: an all-to-all over them (even
+//     dims), repeated while one applies;
 //  4. axes the target drops from a dim: an all-gather over them (an uneven
 //     dim is gathered whole: its shards do not nest; a gather of axes the
 //     target still uses is reported as a re-materialisation);
@@ -219,36 +220,41 @@ class Resharder {
     return out;
   }
 
-  // 3. Axes moving between the minor ends of two dims: the device at index
-  // k over those axes holds sub-tile k of the one dim and wants sub-tile k
-  // of the other, so one all-to-all over them moves them all ([{a,b},{}] ->
-  // [{},{a,b}] is one all-to-all over ('a', 'b')).
+  // 3. Axes moving from the minor end of one dim to the minor end of
+  // another, where the target has them: the device at index k over those
+  // axes holds sub-tile k of the one dim and wants sub-tile k of the other,
+  // so one all-to-all over them moves them all ([{a,b},{}] -> [{},{a,b}] is
+  // one all-to-all over ('a', 'b')). Each move puts axes where the target
+  // has them, so a few moves in turn reach layouts no single one does
+  // ([{a,b},{},{}] -> [{},{a},{b}]); what they leave is gathered or sliced.
   Rep all_to_all(Rep rep, const DimAxes& target) {
+    const auto starts_with = [](const std::vector<int>& whole, const std::vector<int>& prefix) {
+      return prefix.size() <= whole.size() && std::equal(prefix.begin(), prefix.end(), whole.begin());
+    };
     for (std::size_t from = 0; from < target.size(); ++from) {
       const std::vector<int>& have = rep.dims[from];
-      const std::size_t kept = target[from].size();
-      if (kept >= have.size() || !std::equal(target[from].begin(), target[from].end(), have.begin())) continue;
-      const std::vector<int> moving(have.begin() + static_cast<std::ptrdiff_t>(kept), have.end());
-      for (std::size_t to = 0; to < target.size(); ++to) {
-        if (to == from) continue;
-        std::vector<int> wanted = rep.dims[to];
-        wanted.insert(wanted.end(), moving.begin(), moving.end());
-        if (target[to] != wanted || !even(static_cast<int>(from), have) || !even(static_cast<int>(to), wanted)) {
-          continue;
+      if (!even(static_cast<int>(from), have)) continue;
+      for (std::size_t kept = 0; kept < have.size(); ++kept) {  // the most axes first
+        const std::vector<int> moving(have.begin() + static_cast<std::ptrdiff_t>(kept), have.end());
+        for (std::size_t to = 0; to < target.size(); ++to) {
+          if (to == from) continue;
+          std::vector<int> wanted = rep.dims[to];
+          wanted.insert(wanted.end(), moving.begin(), moving.end());
+          if (!starts_with(target[to], wanted) || !even(static_cast<int>(to), wanted)) continue;
+          Rep out = rep;
+          out.dims[from].resize(kept);
+          out.dims[to] = wanted;
+          out.slot = slot_for(out.dims);
+          Instruction instruction = step(InstructionKind::kCollective, rep.slot, out.slot, static_cast<int>(to));
+          instruction.concat_dim = static_cast<int>(from);
+          instruction.collective = collective(
+              CollectiveKind::kAllToAll, moving, bytes(rep.slot),
+              fmt::format("{} needs {} sharded on {} instead of dim {} (sharded by {})", why_.consumer,
+                          dim_text(static_cast<int>(to)), b_.axes_text(moving), from,
+                          why_.origin(static_cast<int>(from))));
+          b_.emit(std::move(instruction));
+          return all_to_all(out, target);
         }
-        Rep out = rep;
-        out.dims[from] = target[from];
-        out.dims[to] = wanted;
-        out.slot = slot_for(out.dims);
-        Instruction instruction = step(InstructionKind::kCollective, rep.slot, out.slot, static_cast<int>(to));
-        instruction.concat_dim = static_cast<int>(from);
-        instruction.collective = collective(
-            CollectiveKind::kAllToAll, moving, bytes(rep.slot),
-            fmt::format("{} needs {} sharded on {} instead of dim {} (sharded by {})", why_.consumer,
-                        dim_text(static_cast<int>(to)), b_.axes_text(moving), from,
-                        why_.origin(static_cast<int>(from))));
-        b_.emit(std::move(instruction));
-        return all_to_all(out, target);
       }
     }
     return rep;

@@ -250,8 +250,8 @@ TEST(Patterns, ReassignedTilesMoveInOneCollectivePermute) {
   Partitioned rotate = partition(relu_resharded(mesh8, "f32[4,4,4]", "('a', 'b', 'c')", "('c', 'a', 'b')"));
   EXPECT_EQ(summary(rotate), (std::vector<std::string>{"collective-permute a,b,c"}))
       << rotate.program.to_string(rotate.graph);
-  Partitioned across = partition(relu_resharded(mesh4, "f32[8,8]", "(('a', 'b'), None)", "(None, ('b', 'a'))"));
-  EXPECT_EQ(summary(across), (std::vector<std::string>{"all-gather a,b"}));
+  Partitioned across = partition(relu_resharded(mesh4, "f32[8,8]", "(('a', 'b'), None)", "('b', 'a')"));
+  EXPECT_EQ(summary(across), (std::vector<std::string>{"all-gather a,b"})) << across.program.to_string(across.graph);
   ASSERT_EQ(across.program.warnings.size(), 1u);
   EXPECT_NE(across.program.warnings[0].find("involuntary re-materialisation for the annotation at %b: dim 0 of %r "
                                             "is gathered over ('a', 'b') and split over ('a', 'b') again"),
@@ -260,8 +260,9 @@ TEST(Patterns, ReassignedTilesMoveInOneCollectivePermute) {
 }
 
 // Axes moving together from the minor end of one dim to the minor end of
-// another, in the same order, move in one all-to-all over all of them.
-TEST(Patterns, AxesMovingBetweenDimsTogetherAreOneAllToAll) {
+// another, in the same order, move in one all-to-all over all of them; moves
+// that no single all-to-all makes take one per group of axes, in turn.
+TEST(Patterns, AxesMovingBetweenDimsAreAllToAlls) {
   const std::string mesh8 = R"M([0, 1, 2, 3, 4, 5, 6, 7], "(2, 2, 2)", "('a', 'b', 'c')")M";
   Partitioned both = partition(relu_resharded(mesh8, "f32[8,8]", "(('a', 'b'), None)", "(None, ('a', 'b'))"));
   EXPECT_EQ(summary(both), (std::vector<std::string>{"all-to-all a,b"})) << both.program.to_string(both.graph);
@@ -270,6 +271,18 @@ TEST(Patterns, AxesMovingBetweenDimsTogetherAreOneAllToAll) {
   EXPECT_EQ(summary(suffix), (std::vector<std::string>{"all-to-all b,c"})) << suffix.program.to_string(suffix.graph);
   Partitioned onto = partition(relu_resharded(mesh8, "f32[8,8]", "(('b', 'c'), 'a')", "(None, ('a', 'b', 'c'))"));
   EXPECT_EQ(summary(onto), (std::vector<std::string>{"all-to-all b,c"})) << onto.program.to_string(onto.graph);
+  const auto all_to_alls = [&](const char* type, const char* from, const char* to) {
+    Partitioned p = partition(relu_resharded(mesh8, type, from, to));
+    EXPECT_TRUE(p.program.warnings.empty()) << from << " -> " << to;
+    return summary(p);
+  };
+  using Names = std::vector<std::string>;
+  EXPECT_EQ(all_to_alls("f32[8,8]", "(('a', 'b'), None)", "(None, ('b', 'a'))"), (Names{"all-to-all b", "all-to-all a"}));
+  EXPECT_EQ(all_to_alls("f32[8,8,8]", "(('a', 'b'), None, 'c')", "('c', ('a', 'b'), None)"),
+            (Names{"all-to-all a,b", "all-to-all c"}));
+  EXPECT_EQ(all_to_alls("f32[8,8,8]", "(('a', 'b'), None, None)", "(None, 'a', 'b')"), (Names{"all-to-all b", "all-to-all a"}));
+  // The target adds an axis after the moved one: moved, then sliced locally.
+  EXPECT_EQ(all_to_alls("f32[8,8]", "('a', None)", "(None, ('a', 'b'))"), (Names{"all-to-all a"}));
 }
 
 // A dim gathered over one axis and split over another of a different size
