@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <optional>
@@ -243,6 +244,13 @@ class Partitioner {
     // each device's part before the parts are added.
     for (const Value* output : node.outputs()) {
       if (!holds_exactly(node.inputs()[index]->type().dtype, output->type().dtype)) return false;
+    }
+    // A non-finite number (mul by inf) turns parts of either sign into
+    // infinities that add to NaN.
+    for (const NodeArg& arg : node.args()) {
+      if (arg.is_constant() && arg.constant().kind() == Constant::Kind::kFloat && !std::isfinite(arg.constant().as_float())) {
+        return false;
+      }
     }
     switch (node.op().linearity) {
       case Linearity::kNone: return false;

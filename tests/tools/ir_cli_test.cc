@@ -143,7 +143,8 @@ TEST(IrCli, RunChecksAgainstOneDevice) {
 // Partial sums that overflow to +inf and -inf on different devices add to
 // NaN where one device gets +inf: the check fails, although the reference
 // holds an infinity (which once made every difference tolerable). A
-// division of a partial sum by zeros reduces first and matches.
+// division of a partial sum by zeros, or a product with inf, reduces first
+// and matches.
 TEST(IrCli, RunCheckComparesInfinitiesExactly) {
   const std::string overflow = write("overflow.ir", R"IR(func @f() -> (f32[4]) {
   %p = aten::full([4, 4], 3e+38) : f32[4,4]
@@ -169,6 +170,18 @@ TEST(IrCli, RunCheckComparesInfinitiesExactly) {
   const CliResult d = run_cli("run " + divide + " --check --format json");
   ASSERT_EQ(d.status, 0) << d.err << d.out;
   EXPECT_EQ(nlohmann::json::parse(d.out)["max_abs_diff"].get<double>(), 0.0);
+  // Likewise a product with an infinite number.
+  std::string infinite = R"IR(func @f(%x: f32[8,8], %w: f32[8,8]) -> (f32[8,8]) {
+  %a = xla::dynamo_mark_sharding(%x, [0, 1, 2, 3], "(4,)", "('model',)", "(None, 'model')") : f32[8,8]
+  %b = xla::dynamo_mark_sharding(%w, [0, 1, 2, 3], "(4,)", "('model',)", "('model', None)") : f32[8,8]
+  %m = aten::matmul(%a, %b) : f32[8,8]
+  %r = aten::mul.Scalar(%m, inf) : f32[8,8]
+  return %r
+}
+)IR";
+  const CliResult i = run_cli("run " + write("infinite.ir", infinite) + " --check --format json");
+  ASSERT_EQ(i.status, 0) << i.err << i.out;
+  EXPECT_EQ(nlohmann::json::parse(i.out)["max_abs_diff"].get<double>(), 0.0);
 }
 
 // Token ids that reach embedding through an annotation are drawn within the
