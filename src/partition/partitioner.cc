@@ -261,20 +261,30 @@ class Partitioner {
     return false;
   }
 
-  // Whether operand `index`, a partial sum, stays partial through `node`:
-  // the op allows it, and no other use of the value certainly needs it
-  // reduced (an op that is not linear in it, an annotation, a graph output).
-  // Otherwise it is reduced once here and every use shares that reduction;
-  // carrying it partial would reduce it again later.
-  bool stays_partial(const Node& node, const std::vector<const Rep*>& operands, std::size_t index) const {
-    if (!keeps_partial(node, operands, index)) return false;
-    const Value* value = node.inputs()[index];
-    if (returned_.contains(value)) return false;
+  // Whether some use of `value` other than `node` certainly needs it
+  // reduced: an op that is not linear in it, an annotation, a graph output.
+  bool needed_whole_elsewhere(const Value* value, const Node& node) const {
+    if (returned_.contains(value)) return true;
     const auto found = users_.find(value);
-    if (found == users_.end()) return true;
-    return std::none_of(found->second.begin(), found->second.end(), [&](const Node* user) {
+    if (found == users_.end()) return false;
+    return std::any_of(found->second.begin(), found->second.end(), [&](const Node* user) {
       return user != &node && (user->op().full_name() == ops::kMarkShardingOp || user->op().linearity == Linearity::kNone);
     });
+  }
+
+  // Whether operand `index`, a partial sum, stays partial through `node`:
+  // the op allows it, and no partial operand of the node is needed whole
+  // elsewhere. Such an operand is reduced once here and every use shares
+  // that reduction (carrying it partial would reduce it again later); the
+  // others are then reduced too, as an add of partial sums needs all or
+  // none of them partial.
+  bool stays_partial(const Node& node, const std::vector<const Rep*>& operands, std::size_t index) const {
+    if (!keeps_partial(node, operands, index)) return false;
+    const std::vector<Value*> inputs = node.inputs();
+    for (std::size_t o = 0; o < operands.size(); ++o) {
+      if (!operands[o]->unreduced.empty() && needed_whole_elsewhere(inputs[o], node)) return false;
+    }
+    return true;
   }
 
   // Whether following the result's layout for factor f would re-slice an

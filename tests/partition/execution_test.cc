@@ -264,6 +264,33 @@ TEST(Execution, LaterConsumersSliceTheReductionsResult) {
   EXPECT_EQ(collectives.size(), 1u) << testing::PrintToString(collectives);
 }
 
+// An add (or cat) of partial sums takes all of them partial or none: when
+// one is needed whole elsewhere (an output, a relu, an annotation), all are
+// reduced first. Taking one reduced and one partial added the reduced one
+// once per device (helper probe).
+TEST(Execution, AddOfPartialSumsOneNeededWholeElsewhere) {
+  sf::Runtime runtime = sf::Runtime::local(2);
+  const std::string mesh = R"M([0, 1], "(2,)", "('m',)")M";
+  const std::string head = "  %xa = " + annotate("x", "(None, 'm')", "f32[4,8]", mesh) + "\n"
+                           "  %wa = " + annotate("w", "('m', None)", "f32[8,4]", mesh) + "\n"
+                           "  %va = " + annotate("v", "('m', None)", "f32[8,4]", mesh) + "\n"
+                           "  %p = aten::matmul(%xa, %wa) : f32[4,4]\n";
+  const std::string bodies[] = {
+      "  %q = aten::matmul(%xa, %va) : f32[4,4]\n  %r = aten::relu(%p) : f32[4,4]\n"
+      "  %s = aten::add.Tensor(%p, %q) : f32[4,4]\n  return %r, %s\n",
+      "  %n = aten::neg(%p) : f32[4,4]\n  %s = aten::add.Tensor(%n, %p) : f32[4,4]\n  return %n, %s\n",
+      "  %n = aten::mul.Scalar(%p, 2.0) : f32[4,4]\n  %q = " + annotate("n", "(None, None)", "f32[4,4]", mesh) +
+          "\n  %s = aten::cat([%n, %p]) : f32[8,4]\n  return %q, %s\n",
+  };
+  const std::string results[] = {"(f32[4,4], f32[4,4])", "(f32[4,4], f32[4,4])", "(f32[4,4], f32[8,4])"};
+  for (int k = 0; k < 3; ++k) {
+    SCOPED_TRACE(bodies[k]);
+    const std::string text = "func @f(%x: f32[4,8], %w: f32[8,4], %v: f32[8,4]) -> " + results[k] + " {\n" + head +
+                             bodies[k] + "}\n";
+    expect_same(text, runtime, {sf::randn({4, 8}, 1), sf::randn({8, 4}, 2), sf::randn({8, 4}, 3)});
+  }
+}
+
 // A partial sum used by an op that could carry it partial (transpose) and
 // by one that needs it whole (relu) is reduced once, for both: carrying it
 // through the transpose would reduce it a second time.
