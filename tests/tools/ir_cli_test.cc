@@ -206,6 +206,18 @@ TEST(IrCli, RunInputsTolerancesAndHugeShapes) {
 )IR");
   const CliResult half = run_cli("run " + bf16 + " --check");
   EXPECT_EQ(half.status, 0) << half.err << half.out;
+  // An f32 output computed through bf16 partial sums keeps their rounding.
+  const std::string widened = write("widened.ir", R"IR(func @f(%x: bf16[2,4], %w: bf16[4,3]) -> (f32[3], bf16[2,3]) {
+  %xa = xla::dynamo_mark_sharding(%x, [1, 0], "(2,)", "('y',)", "(None, 'y')") : bf16[2,4]
+  %wa = xla::dynamo_mark_sharding(%w, [1, 0], "(2,)", "('y',)", "('y', None)") : bf16[4,3]
+  %p = aten::matmul(%xa, %wa) : bf16[2,3]
+  %u1 = aten::sum.dim_IntList(%p, [0], false, dtype=f32) : f32[3]
+  %u2 = aten::relu(%p) : bf16[2,3]
+  return %u1, %u2
+}
+)IR");
+  const CliResult wide = run_cli("run " + widened + " --check --seed 99");
+  EXPECT_EQ(wide.status, 0) << wide.err << wide.out;
   const std::pair<const char*, const char*> huge[] = {
       {"f32[9223372036854775807]", "2^63 bytes or more"},
       {"f32[4294967296,4294967296]", "has more elements than a 64-bit count holds"},
