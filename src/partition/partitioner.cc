@@ -261,28 +261,26 @@ class Partitioner {
     return false;
   }
 
-  // Whether some use of `value` other than `node` certainly needs it
-  // reduced: an op that is not linear in it, an annotation, a graph output.
-  bool needed_whole_elsewhere(const Value* value, const Node& node) const {
+  // Whether `value` has a use other than `node` (a graph output counts).
+  // Carried partial through several uses, it would be reduced once on each
+  // path; reduced here, once, every use shares that reduction.
+  bool used_elsewhere(const Value* value, const Node& node) const {
     if (returned_.contains(value)) return true;
     const auto found = users_.find(value);
-    if (found == users_.end()) return false;
-    return std::any_of(found->second.begin(), found->second.end(), [&](const Node* user) {
-      return user != &node && (user->op().full_name() == ops::kMarkShardingOp || user->op().linearity == Linearity::kNone);
-    });
+    return found != users_.end() &&
+           std::any_of(found->second.begin(), found->second.end(), [&](const Node* user) { return user != &node; });
   }
 
-  // Whether operand `index`, a partial sum, stays partial through `node`:
-  // the op allows it, and no partial operand of the node is needed whole
-  // elsewhere. Such an operand is reduced once here and every use shares
-  // that reduction (carrying it partial would reduce it again later); the
-  // others are then reduced too, as an add of partial sums needs all or
-  // none of them partial.
-  bool stays_partial(const Node& node, const std::vector<const Rep*>& operands, std::size_t index) const {
-    if (!keeps_partial(node, operands, index)) return false;
+  // Whether the partial operands of `node` stay partial through it: the op
+  // allows it for each, and none is used elsewhere. Otherwise all are
+  // reduced here: an add of partial sums needs all or none of them partial
+  // (an i64 part that cannot stay partial in an f32 result, reduced, would
+  // be added once per device to the f32 parts).
+  bool partials_stay(const Node& node, const std::vector<const Rep*>& operands) const {
     const std::vector<Value*> inputs = node.inputs();
     for (std::size_t o = 0; o < operands.size(); ++o) {
-      if (!operands[o]->unreduced.empty() && needed_whole_elsewhere(inputs[o], node)) return false;
+      if (operands[o]->unreduced.empty()) continue;
+      if (!keeps_partial(node, operands, o) || used_elsewhere(inputs[o], node)) return false;
     }
     return true;
   }
@@ -394,8 +392,9 @@ class Partitioner {
     // itself: a value cannot be both summed over an axis and split by it.
     std::vector<const Rep*> current;
     for (const Value* v : operands) current.push_back(&reps_.at(v));
+    const bool partials_kept = partials_stay(node, current);
     for (std::size_t o = 0; o < operands.size(); ++o) {
-      if (current[o]->unreduced.empty() || !stays_partial(node, current, o)) continue;
+      if (current[o]->unreduced.empty() || !partials_kept) continue;
       for (int axis : current[o]->unreduced) used[static_cast<std::size_t>(axis)] = true;
     }
     // What each operand's current layout says about each factor.
@@ -482,7 +481,7 @@ class Partitioner {
     for (std::size_t o = 0; o < operands.size(); ++o) {
       const DimAxes wanted = project_back(mesh_, rule, rule.operands[o], factor_axes);
       Rep rep = *current[o];
-      const bool keep_partial = !rep.unreduced.empty() && stays_partial(node, current, o);
+      const bool keep_partial = !rep.unreduced.empty() && partials_kept;
       if (rep.dims != wanted || (!rep.unreduced.empty() && !keep_partial)) {
         const ReshardWhy why{operands[o], node_text(node),
                              [this, v = operands[o]](int d) { return origin_text(v, d); }};

@@ -265,8 +265,8 @@ TEST(Execution, LaterConsumersSliceTheReductionsResult) {
 }
 
 // An add (or cat) of partial sums takes all of them partial or none: when
-// one is needed whole elsewhere (an output, a relu, an annotation), all are
-// reduced first. Taking one reduced and one partial added the reduced one
+// one is used elsewhere (an output, a relu, an annotation) or cannot stay
+// partial in the result's dtype, all are reduced first. Taking one reduced and one partial added the reduced one
 // once per device (helper probe).
 TEST(Execution, AddOfPartialSumsOneNeededWholeElsewhere) {
   sf::Runtime runtime = sf::Runtime::local(2);
@@ -288,6 +288,19 @@ TEST(Execution, AddOfPartialSumsOneNeededWholeElsewhere) {
     const std::string text = "func @f(%x: f32[4,8], %w: f32[8,4], %v: f32[8,4]) -> " + results[k] + " {\n" + head +
                              bodies[k] + "}\n";
     expect_same(text, runtime, {sf::randn({4, 8}, 1), sf::randn({8, 4}, 2), sf::randn({8, 4}, 3)});
+  }
+  // An i64 partial sum cannot stay partial in an f32 result; the f32 one
+  // added to it is then reduced too.
+  for (const char* combine : {"aten::add.Tensor(%p, %q) : f32[4]", "aten::cat([%q, %p]) : f32[8]"}) {
+    SCOPED_TRACE(combine);
+    const std::string type = std::string(combine).find("cat") != std::string::npos ? "f32[8]" : "f32[4]";
+    const std::string text = "func @f(%x: f32[4,8], %k: i64[4,8]) -> (" + type + ") {\n"
+                             "  %xa = " + annotate("x", "(None, 'm')", "f32[4,8]", mesh) + "\n"
+                             "  %ka = " + annotate("k", "(None, 'm')", "i64[4,8]", mesh) + "\n"
+                             "  %p = aten::sum.dim_IntList(%xa, [1]) : f32[4]\n"
+                             "  %q = aten::sum.dim_IntList(%ka, [1]) : i64[4]\n"
+                             "  %s = " + combine + "\n  return %s\n}\n";
+    expect_same(text, runtime, {sf::randn({4, 8}, 1), sf::Tensor::from_ints(std::vector<int64_t>(32, 7), {4, 8})});
   }
 }
 
