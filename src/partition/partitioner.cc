@@ -73,6 +73,13 @@ void project_dim(const Mesh& mesh, const OpShardingRule& rule, const std::vector
   }
 }
 
+// Whether factor f is on one of a tensor's dims.
+bool has_factor(const DimFactors& mapping, std::size_t f) {
+  return std::any_of(mapping.begin(), mapping.end(), [&](const std::vector<int>& factors) {
+    return std::find(factors.begin(), factors.end(), static_cast<int>(f)) != factors.end();
+  });
+}
+
 // The axes an operand's layout gives the factors on its dims, listed only
 // for those factors: cat has a factor per operand, so a dense table would
 // grow with the square of its operand count.
@@ -426,9 +433,7 @@ class Partitioner {
         std::vector<std::size_t> whole;  // operands that have the factor's dim whole
         bool every_operand_has_it = true;   // else it stays whole (see the addend check below)
         for (std::size_t o = 0; o < operands.size(); ++o) {
-          const bool has = std::any_of(rule.operands[o].begin(), rule.operands[o].end(), [&](const auto& factors) {
-            return std::find(factors.begin(), factors.end(), static_cast<int>(f)) != factors.end();
-          });
+          const bool has = has_factor(rule.operands[o], f);
           every_operand_has_it = every_operand_has_it && (has || static_cast<int>(o) == addend);
           if (!has) continue;
           const std::vector<int>& axes = offered_axes(offered[o], f);
@@ -468,9 +473,7 @@ class Partitioner {
     for (std::size_t f = 0; f < rule.factors.size(); ++f) {
       if (rule.factors[f].kind != FactorKind::kReduction || factor_axes[f].empty()) continue;
       for (std::size_t o = 0; o < operands.size(); ++o) {
-        const bool has = std::any_of(rule.operands[o].begin(), rule.operands[o].end(), [&](const auto& factors) {
-          return std::find(factors.begin(), factors.end(), static_cast<int>(f)) != factors.end();
-        });
+        const bool has = has_factor(rule.operands[o], f);
         const bool counted_once = static_cast<int>(o) == addend && rule.factors[f].reduction == ReduceOp::kSum;
         if (!has && !counted_once) factor_axes[f].clear();
       }
