@@ -156,7 +156,10 @@ class Partitioner {
 
   void run() {
     for (const auto& node : graph_.nodes()) {
-      for (const Value* input : node->inputs()) users_[input].push_back(node.get());
+      for (const Value* input : node->inputs()) {
+        std::vector<const Node*>& users = users_[input];
+        if (users.empty() || users.back() != node.get()) users.push_back(node.get());  // mul(%p, %p) is one user
+      }
     }
     for (const Value* output : graph_.outputs()) returned_.insert(output);
     for (const Value* input : graph_.inputs()) {
@@ -199,27 +202,40 @@ class Partitioner {
                        value->producer()->op().full_name());
   }
 
-  // The same value wanted in the same layout by several users (q, k and v
-  // projections of one normalised input) is resharded once.
+  // An annotation's result holds its input's values: both have one root.
+  const Value* alias_root(const Value* value) const {
+    const auto found = alias_roots_.find(value);
+    return found == alias_roots_.end() ? value : found->second;
+  }
+
+  // The same values wanted in a layout they already have somewhere are not
+  // moved again: q, k and v projections of one normalised input share one
+  // reshard, and so do an annotation's result and its input (or another
+  // annotation of it).
   Rep reshard_value(const Value* value, const DimAxes& target, std::string consumer) {
     const Rep& rep = reps_.at(value);
     if (rep.dims == target && rep.unreduced.empty()) return rep;
-    const auto key = std::make_pair(value, target);
-    if (auto found = resharded_.find(key); found != resharded_.end()) return found->second;
+    const Value* root = alias_root(value);
+    if (rep.unreduced.empty()) layouts_.emplace(std::make_pair(root, rep.dims), rep);
+    if (auto found = layouts_.find({root, target}); found != layouts_.end()) return found->second;
+    // A partial sum already reduced for another consumer is not reduced
+    // again: the reduction's result (before that consumer's own slices) is
+    // moved instead, and every consumer sees the same sums.
+    const auto reduced = reduced_.find(root);
+    const Rep& source = rep.unreduced.empty() || reduced == reduced_.end() ? rep : reduced->second;
     ReshardWhy why;
     why.value = value;
     why.consumer = std::move(consumer);
     why.origin = [this, value](int dim) { return origin_text(value, dim); };
-    // A partial sum already reduced for another consumer is not reduced
-    // again: the reduction's result (before that consumer's own slices) is
-    // moved instead, and every consumer sees the same sums.
-    const auto reduced = reduced_.find(value);
-    const Rep& source = rep.unreduced.empty() || reduced == reduced_.end() ? rep : reduced->second;
+    why.reduction_shared = returned_.contains(value) || users_count(value) > 1;
     Rep after_reduction;
     Rep result = partition_detail::reshard(builder_, source, target, value->type().shape, value->type().dtype, why,
                                            &after_reduction);
-    if (&source == &rep && !rep.unreduced.empty()) reduced_.emplace(value, after_reduction);
-    resharded_.emplace(key, result);
+    if (!source.unreduced.empty()) {
+      reduced_.emplace(root, after_reduction);
+      layouts_.emplace(std::make_pair(root, after_reduction.dims), after_reduction);
+    }
+    layouts_.emplace(std::make_pair(root, target), result);
     return result;
   }
 
@@ -228,6 +244,7 @@ class Partitioner {
     const Value* output = node.output();
     reps_[output] = reshard_value(input, effective_axes(mesh_, shardings_.sharding(output)),
                                   fmt::format("the annotation at %{}", output->name()));
+    alias_roots_[output] = alias_root(input);
   }
 
   // Whether every value of `from` is exactly a value of `to`.
@@ -266,6 +283,11 @@ class Partitioner {
       case Linearity::kBilinear: return partial_count == 1;
     }
     return false;
+  }
+
+  std::size_t users_count(const Value* value) const {
+    const auto found = users_.find(value);
+    return found == users_.end() ? 0 : found->second.size();
   }
 
   // Whether `value` has a use other than `node` (a graph output counts).
@@ -326,10 +348,11 @@ class Partitioner {
   // an activation that had to be gathered (6 heads on 8 devices): slicing
   // the activation reduces a few KiB where moving the weight sends 1/n of it
   // every step. Slicing needs the whole operands not to use those axes.
-  bool slicing_whole_operands_is_cheaper(const std::vector<Value*>& operands, const std::vector<std::size_t>& whole,
-                                         const std::vector<int>& axes, const Node& node) const {
+  bool slicing_whole_operands_is_cheaper(const std::vector<const Rep*>& current, const std::vector<Value*>& operands,
+                                         const std::vector<std::size_t>& whole, const std::vector<int>& axes,
+                                         const Node& node) const {
     for (std::size_t o : whole) {
-      for (const std::vector<int>& dim : reps_.at(operands[o]).dims) {
+      for (const std::vector<int>& dim : current[o]->dims) {
         for (int axis : dim) {
           if (std::find(axes.begin(), axes.end(), axis) != axes.end()) return false;
         }
@@ -352,7 +375,7 @@ class Partitioner {
     }
     for (std::size_t o = 0; o < operands.size(); ++o) {
       if (std::find(whole.begin(), whole.end(), o) != whole.end()) continue;
-      shard_bytes += operands[o]->type().nbytes() / devices_over(reps_.at(operands[o]).dims, false);
+      shard_bytes += operands[o]->type().nbytes() / devices_over(current[o]->dims, false);
     }
     return result_bytes < shard_bytes;
   }
@@ -404,10 +427,16 @@ class Partitioner {
       if (current[o]->unreduced.empty() || !partials_kept) continue;
       for (int axis : current[o]->unreduced) used[static_cast<std::size_t>(axis)] = true;
     }
+    // A partial operand reduced here, whose reduction another consumer
+    // already made, is that reduced copy now: it offers that copy's layout.
+    for (std::size_t o = 0; o < operands.size(); ++o) {
+      if (current[o]->unreduced.empty() || partials_kept) continue;
+      if (const auto reduced = reduced_.find(operands[o]); reduced != reduced_.end()) current[o] = &reduced->second;
+    }
     // What each operand's current layout says about each factor.
     std::vector<FactorOffer> offered(operands.size());
     for (std::size_t o = 0; o < operands.size(); ++o) {
-      const DimAxes& dims = reps_.at(operands[o]).dims;
+      const DimAxes& dims = current[o]->dims;
       for (std::size_t d = 0; d < dims.size(); ++d) {
         project_dim(mesh_, rule, rule.operands[o][d], dims[d],
                     [&](std::size_t f, std::vector<int> axes) { offered[o].emplace_back(f, std::move(axes)); });
@@ -445,7 +474,9 @@ class Partitioner {
           all_agree = all_agree && *agreed == axes;
         }
         if (!agreed || !all_agree || !every_operand_has_it) continue;
-        if (whole.empty() || slicing_whole_operands_is_cheaper(operands, whole, *agreed, node)) take(f, *agreed);
+        if (whole.empty() || slicing_whole_operands_is_cheaper(current, operands, whole, *agreed, node)) {
+          take(f, *agreed);
+        }
       }
       for (std::size_t r = 0; r < node.outputs().size(); ++r) {
         const DimAxes dims = effective_axes(mesh_, shardings_.sharding(node.outputs()[r]));
@@ -618,8 +649,10 @@ class Partitioner {
   ProgramBuilder builder_;
   PartitionedProgram& program_;
   std::unordered_map<const Value*, Rep> reps_;
-  std::map<std::pair<const Value*, DimAxes>, Rep> resharded_;
-  std::unordered_map<const Value*, Rep> reduced_;  // a partial sum's first reduced copy
+  // Reps made so far of each root's values, by layout (none partial).
+  std::map<std::pair<const Value*, DimAxes>, Rep> layouts_;
+  std::unordered_map<const Value*, const Value*> alias_roots_;
+  std::unordered_map<const Value*, Rep> reduced_;  // a partial sum's first reduced copy, by root
   std::unordered_map<const Value*, std::vector<const Node*>> users_;
   std::unordered_set<const Value*> returned_;  // graph outputs
 };

@@ -2,13 +2,15 @@
 //
 // From a representation (dims' axes, partial-sum axes) to target dims, in
 // order:
-//  1. partial sums: a reduce-scatter when the target shards a dim exactly
-//     by the partial axes (and the dim divides evenly), else an all-reduce;
+//  1. partial sums: a reduce-scatter over the partial axes a dim's target
+//     adds next to the axes the dim has (any order, even dims), an
+//     all-reduce over those no dim takes;
 //  2. every dim keeping its tile count, over other axes or in another
 //     order: one collective-permute;
 //  3. axes moving from the minor end of one dim to the minor end of
 //     another, where the target has them: an all-to-all over them (even
-//     dims), repeated while one applies;
+//     dims), repeated while one applies, after gathering axes the target
+//     drops where they block one;
 //  4. axes the target drops from a dim: an all-gather over them (an uneven
 //     dim is gathered whole: its shards do not nest; a gather of axes the
 //     target still uses is reported as a re-materialisation);
@@ -18,6 +20,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "partitioner.h"
 #include "shardflow/base/error.h"
@@ -75,6 +78,7 @@ class Resharder {
     }
     rep = permute(rep, target);
     rep = all_to_all(rep, target);
+    rep = unblock(rep, target);
     for (std::size_t d = 0; d < target.size(); ++d) rep = gather(rep, target, static_cast<int>(d));
     for (std::size_t d = 0; d < target.size(); ++d) rep = slice(rep, target, static_cast<int>(d));
     return rep;
@@ -149,31 +153,60 @@ class Resharder {
                         why_.consumer, dim_text(dim), b_.axes_text(axes), b_.axes_text(reused)));
   }
 
-  // 1. Partial sums.
+  // 1. Partial sums. A dim whose target continues its axes with partial
+  // axes (in any order) takes them by a reduce-scatter; the rest of the
+  // target is sliced later ([{},{}] partial over {a,b} -> [{b,a,c},{}] is a
+  // reduce-scatter over ('b', 'a') and a slice over 'c'). Several dims may
+  // each take some; what no dim takes is all-reduced, after the scatters
+  // made the buffer smaller.
   Rep reduce(Rep rep, const DimAxes& target) {
-    const std::vector<int> axes = rep.unreduced;
-    for (std::size_t d = 0; d < target.size(); ++d) {
-      std::vector<int> wanted = rep.dims[d];
-      wanted.insert(wanted.end(), axes.begin(), axes.end());
-      if (target[d] == wanted && even(static_cast<int>(d), wanted)) {
-        Rep out = rep;
-        out.dims[d] = wanted;
-        out.unreduced.clear();
-        out.slot = slot_for(out.dims);
-        Instruction instruction = step(InstructionKind::kCollective, rep.slot, out.slot, static_cast<int>(d));
-        instruction.collective = collective(
-            CollectiveKind::kReduceScatter, axes, bytes(rep.slot),
-            fmt::format("{}; {} wants it sharded on {}", rep.unreduced_reason, why_.consumer, dim_text(static_cast<int>(d))),
-            rep.reduction);
-        b_.emit(std::move(instruction));
-        return out;
+    for (;;) {
+      int dim = -1;
+      std::vector<int> scattered;
+      for (std::size_t d = 0; d < target.size(); ++d) {
+        const std::vector<int>& have = rep.dims[d];
+        const std::vector<int>& want = target[d];
+        if (want.size() <= have.size() || !std::equal(have.begin(), have.end(), want.begin())) continue;
+        std::vector<int> run;
+        for (std::size_t k = have.size(); k < want.size(); ++k) {
+          if (std::find(rep.unreduced.begin(), rep.unreduced.end(), want[k]) == rep.unreduced.end()) break;
+          run.push_back(want[k]);
+        }
+        // The longest run that still divides the dim evenly.
+        while (!run.empty()) {
+          std::vector<int> axes = have;
+          axes.insert(axes.end(), run.begin(), run.end());
+          if (even(static_cast<int>(d), axes)) break;
+          run.pop_back();
+        }
+        if (why_.reduction_shared && run.size() != rep.unreduced.size()) continue;
+        if (b_.axes_size(run) > b_.axes_size(scattered)) {
+          dim = static_cast<int>(d);
+          scattered = std::move(run);
+        }
       }
+      if (dim < 0) break;
+      Rep out = rep;
+      std::vector<int>& axes = out.dims[static_cast<std::size_t>(dim)];
+      axes.insert(axes.end(), scattered.begin(), scattered.end());
+      std::erase_if(out.unreduced, [&](int axis) {
+        return std::find(scattered.begin(), scattered.end(), axis) != scattered.end();
+      });
+      out.slot = slot_for(out.dims);
+      Instruction instruction = step(InstructionKind::kCollective, rep.slot, out.slot, dim);
+      instruction.collective = collective(
+          CollectiveKind::kReduceScatter, scattered, bytes(rep.slot),
+          fmt::format("{}; {} wants it sharded on {}", rep.unreduced_reason, why_.consumer, dim_text(dim)),
+          rep.reduction);
+      b_.emit(std::move(instruction));
+      rep = std::move(out);
     }
+    if (rep.unreduced.empty()) return rep;
     Rep out = rep;
     out.unreduced.clear();
     out.slot = slot_for(out.dims);
     Instruction instruction = step(InstructionKind::kCollective, rep.slot, out.slot, 0);
-    instruction.collective = collective(CollectiveKind::kAllReduce, axes, bytes(rep.slot),
+    instruction.collective = collective(CollectiveKind::kAllReduce, rep.unreduced, bytes(rep.slot),
                                         fmt::format("{}; {} needs whole values", rep.unreduced_reason,
                                                     why_.consumer),
                                         rep.reduction);
@@ -227,37 +260,79 @@ class Resharder {
   // one all-to-all over ('a', 'b')). Each move puts axes where the target
   // has them, so a few moves in turn reach layouts no single one does
   // ([{a,b},{},{}] -> [{},{a},{b}]); what they leave is gathered or sliced.
-  Rep all_to_all(Rep rep, const DimAxes& target) {
+  struct Move {
+    std::size_t from = 0, kept = 0, to = 0;  // dim `from` keeps its first `kept` axes
+  };
+  std::optional<Move> find_move(const DimAxes& dims, const DimAxes& target) const {
     const auto starts_with = [](const std::vector<int>& whole, const std::vector<int>& prefix) {
       return prefix.size() <= whole.size() && std::equal(prefix.begin(), prefix.end(), whole.begin());
     };
     for (std::size_t from = 0; from < target.size(); ++from) {
-      const std::vector<int>& have = rep.dims[from];
+      const std::vector<int>& have = dims[from];
       if (!even(static_cast<int>(from), have)) continue;
       for (std::size_t kept = 0; kept < have.size(); ++kept) {  // the most axes first
-        const std::vector<int> moving(have.begin() + static_cast<std::ptrdiff_t>(kept), have.end());
         for (std::size_t to = 0; to < target.size(); ++to) {
           if (to == from) continue;
-          std::vector<int> wanted = rep.dims[to];
-          wanted.insert(wanted.end(), moving.begin(), moving.end());
-          if (!starts_with(target[to], wanted) || !even(static_cast<int>(to), wanted)) continue;
-          Rep out = rep;
-          out.dims[from].resize(kept);
-          out.dims[to] = wanted;
-          out.slot = slot_for(out.dims);
-          Instruction instruction = step(InstructionKind::kCollective, rep.slot, out.slot, static_cast<int>(to));
-          instruction.concat_dim = static_cast<int>(from);
-          instruction.collective = collective(
-              CollectiveKind::kAllToAll, moving, bytes(rep.slot),
-              fmt::format("{} needs {} sharded on {} instead of dim {} (sharded by {})", why_.consumer,
-                          dim_text(static_cast<int>(to)), b_.axes_text(moving), from,
-                          why_.origin(static_cast<int>(from))));
-          b_.emit(std::move(instruction));
-          return all_to_all(out, target);
+          std::vector<int> wanted = dims[to];
+          wanted.insert(wanted.end(), have.begin() + static_cast<std::ptrdiff_t>(kept), have.end());
+          if (starts_with(target[to], wanted) && even(static_cast<int>(to), wanted)) return Move{from, kept, to};
         }
       }
     }
+    return std::nullopt;
+  }
+
+  Rep all_to_all(Rep rep, const DimAxes& target) {
+    while (const std::optional<Move> move = find_move(rep.dims, target)) {
+      const std::vector<int>& have = rep.dims[move->from];
+      const std::vector<int> moving(have.begin() + static_cast<std::ptrdiff_t>(move->kept), have.end());
+      Rep out = rep;
+      out.dims[move->from].resize(move->kept);
+      out.dims[move->to].insert(out.dims[move->to].end(), moving.begin(), moving.end());
+      out.slot = slot_for(out.dims);
+      const int to = static_cast<int>(move->to), from = static_cast<int>(move->from);
+      Instruction instruction = step(InstructionKind::kCollective, rep.slot, out.slot, to);
+      instruction.concat_dim = from;
+      instruction.collective = collective(
+          CollectiveKind::kAllToAll, moving, bytes(rep.slot),
+          fmt::format("{} needs {} sharded on {} instead of dim {} (sharded by {})", why_.consumer, dim_text(to),
+                      b_.axes_text(moving), from, why_.origin(from)));
+      b_.emit(std::move(instruction));
+      rep = std::move(out);
+    }
     return rep;
+  }
+
+  // 3b. Axes the target drops everywhere can block a move: they sit minor
+  // to the axes that move ([{a,b},{}] -> [{},{a}]) or in the dim they move
+  // to ([{a},{b}] -> [{},{a}]). Gathering them first (they are gathered in
+  // any case) lets the all-to-all run instead of gathering the moving axes
+  // too and slicing them again.
+  Rep unblock(Rep rep, const DimAxes& target) {
+    for (;;) {
+      DimAxes dropped_gathered = rep.dims;
+      for (std::size_t d = 0; d < target.size(); ++d) {
+        std::vector<int>& have = dropped_gathered[d];
+        if (!even(static_cast<int>(d), have)) continue;  // its shards do not nest: step 4 handles it
+        while (!have.empty() && std::none_of(target.begin(), target.end(), [&](const std::vector<int>& wanted) {
+                 return std::find(wanted.begin(), wanted.end(), have.back()) != wanted.end();
+               })) {
+          have.pop_back();
+        }
+      }
+      if (dropped_gathered == rep.dims || !find_move(dropped_gathered, target)) return rep;
+      for (std::size_t d = 0; d < target.size(); ++d) {
+        if (dropped_gathered[d] == rep.dims[d]) continue;
+        const std::vector<int> axes(rep.dims[d].begin() + static_cast<std::ptrdiff_t>(dropped_gathered[d].size()),
+                                    rep.dims[d].end());
+        rep = emit_gather(rep, static_cast<int>(d), dropped_gathered[d].size(),
+                          fmt::format("{} needs {} {}, and no dim of it sharded on {}; gathered before an "
+                                      "all-to-all (sharded by {})",
+                                      why_.consumer, dim_text(static_cast<int>(d)), wanted_text(target, d),
+                                      b_.axes_text(axes), why_.origin(static_cast<int>(d))));
+      }
+      rep = all_to_all(rep, target);
+    }
   }
 
   // 4. Axes the target drops.
@@ -275,18 +350,28 @@ class Resharder {
     }
     const std::vector<int> axes(have.begin() + static_cast<std::ptrdiff_t>(common), have.end());
     if (!uneven) regathered(dim, axes, common, target);
+    return emit_gather(rep, dim, common,
+                       fmt::format("{} needs {} {} but it is sharded on {} by {}", why_.consumer, dim_text(dim),
+                                   wanted_text(target, d), b_.axes_text(have), why_.origin(dim)));
+  }
+
+  std::string wanted_text(const DimAxes& target, std::size_t d) const {
+    return target[d].empty() ? "whole" : "sharded on " + b_.axes_text(target[d]);
+  }
+
+  // An all-gather of `dim` over its axes after the first `kept`.
+  Rep emit_gather(const Rep& rep, int dim, std::size_t kept, std::string reason) {
+    const auto d = static_cast<std::size_t>(dim);
+    const std::vector<int>& have = rep.dims[d];
+    const std::vector<int> axes(have.begin() + static_cast<std::ptrdiff_t>(kept), have.end());
     Rep out = rep;
-    out.dims[d].resize(common);
+    out.dims[d].resize(kept);
     out.slot = slot_for(out.dims);
     Instruction instruction = step(InstructionKind::kCollective, rep.slot, out.slot, dim);
     instruction.global_size = global_[d];
     instruction.axes_before = have;
     instruction.axes_after = out.dims[d];
-    const std::string wanted = target[d].empty() ? "whole" : "sharded on " + b_.axes_text(target[d]);
-    instruction.collective = collective(
-        CollectiveKind::kAllGather, axes, bytes(out.slot),
-        fmt::format("{} needs {} {} but it is sharded on {} by {}", why_.consumer, dim_text(dim), wanted,
-                    b_.axes_text(have), why_.origin(dim)));
+    instruction.collective = collective(CollectiveKind::kAllGather, axes, bytes(out.slot), std::move(reason));
     b_.emit(std::move(instruction));
     return out;
   }

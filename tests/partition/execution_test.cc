@@ -363,3 +363,76 @@ TEST(Execution, PartialSumWithTwoConsumersIsReducedOnce) {
 }
 
 }  // namespace
+
+namespace {
+
+struct LadderCase {
+  std::string name, types, program;  // program: the lines after the header, return included
+  std::vector<std::string> collectives;  // prefixes of their descriptions, in order
+};
+
+// Reshards that used to gather a whole dim (or all-reduce) where a cheaper
+// sequence exists, run against one device, with the collectives they now
+// take: axes the target drops are gathered first where they block an
+// all-to-all; partial sums are reduce-scattered over the axes the target
+// adds, in its order, on one dim or several; a partial sum reduced for an
+// annotation is reused by a later sum (a partial sum of its shards, not a
+// gather) and by a reshard of the annotation's alias.
+TEST(Execution, ReshardsTakeTheCheaperSequence) {
+  sf::Runtime runtime = sf::Runtime::local(8);
+  const std::string mesh = R"M([0, 1, 2, 3, 4, 5, 6, 7], "(2, 2, 2)", "('a', 'b', 'c')")M";
+  const auto resharded = [&](const std::string& from, const std::string& to) {
+    return "  %a = " + annotate("x", from, "f32[16,16]", mesh) + "\n  %e = aten::exp(%a) : f32[16,16]\n"
+           "  %b = " + annotate("e", to, "f32[16,16]", mesh) + "\n  %r = aten::sin(%b) : f32[16,16]\n  return %r\n";
+  };
+  const auto summed = [&](const std::string& from, const std::string& to) {
+    return "  %a = " + annotate("x", from, "f32[16,16]", mesh) + "\n  %s = aten::sum.dim_IntList(%a, [1]) : f32[16]\n"
+           "  %b = " + annotate("s", to, "f32[16]", mesh) + "\n  %r = aten::exp(%b) : f32[16]\n  return %r\n";
+  };
+  const auto matmul = [&](const std::string& to) {
+    return "  %a = " + annotate("x", "(None, ('a', 'b'))", "f32[16,16]", mesh) + "\n"
+           "  %w = " + annotate("x", "(('a', 'b'), None)", "f32[16,16]", mesh) + "\n"
+           "  %m = aten::matmul(%a, %w) : f32[16,16]\n"
+           "  %b = " + annotate("m", to, "f32[16,16]", mesh) + "\n  %r = aten::exp(%b) : f32[16,16]\n  return %r\n";
+  };
+  const std::string partial = "  %a = " + annotate("x", "(None, ('a', 'b'))", "f32[16,16]", mesh) + "\n"
+                              "  %p = aten::amax(%a, [1]) : f32[16]\n";
+  const LadderCase cases[] = {
+      {"dest_blocked", "f32[16,16]", resharded("('a', 'b')", "(None, 'a')"),
+       {"all-gather over 'b'", "all-to-all over 'a'"}},
+      {"source_minor_blocked", "f32[16,16]", resharded("(('a', 'b'), None)", "(None, 'a')"),
+       {"all-gather over 'b'", "all-to-all over 'a'"}},
+      {"scatter_then_slice", "f32[16]", summed("(None, 'a')", "(('a', 'b'),)"), {"reduce-scatter over 'a'"}},
+      {"scatter_reordered", "f32[16]", summed("(None, ('a', 'b'))", "(('b', 'a'),)"),
+       {"reduce-scatter over 'b', 'a'"}},
+      {"scatter_then_all_reduce", "f32[16]", summed("(None, ('a', 'b'))", "('b',)"),
+       {"reduce-scatter over 'b'", "all-reduce over 'a'"}},
+      {"scatter_on_two_dims", "f32[16,16]", matmul("('b', 'a')"),
+       {"all-to-all over 'a', 'b'", "reduce-scatter over 'b'", "reduce-scatter over 'a'"}},
+      // The sum of %p takes the shards of the reduced copy: a partial sum of
+      // 4 B to all-reduce, not a gather of %p.
+      {"sum_of_reduced_copy", "f32[16], f32[]",
+       partial + "  %q = " + annotate("p", "(('a', 'b'),)", "f32[16]", mesh) + "\n"
+       "  %s = aten::sum.dim_IntList(%p, [0]) : f32[]\n  %e = aten::exp(%q) : f32[16]\n  return %e, %s\n",
+       {"reduce-scatter (max) over 'a', 'b'", "all-reduce over 'a', 'b'"}},
+      // %q is an alias of the reduced %p: the sub moves it by the same
+      // all-to-alls as %q2, not by a second chain.
+      {"alias_shares_reshard", "f32[16]",
+       partial + "  %q = " + annotate("p", "(('a', 'b'),)", "f32[16]", mesh) + "\n"
+       "  %q2 = " + annotate("p", "(('b', 'a'),)", "f32[16]", mesh) + "\n"
+       "  %d = aten::sub.Tensor(%q, %q2) : f32[16]\n  return %d\n",
+       {"reduce-scatter (max) over 'a', 'b'", "collective-permute"}},
+  };
+  for (const LadderCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string text = "func @f(%x: f32[16,16]) -> (" + c.types + ") {\n" + c.program + "}\n";
+    std::vector<std::string> collectives;
+    expect_same(text, runtime, {sf::randn({16, 16}, 4)}, &collectives);
+    ASSERT_EQ(collectives.size(), c.collectives.size()) << testing::PrintToString(collectives);
+    for (std::size_t k = 0; k < collectives.size(); ++k) {
+      EXPECT_EQ(collectives[k].rfind(c.collectives[k], 0), 0u) << collectives[k];
+    }
+  }
+}
+
+}  // namespace
