@@ -195,9 +195,12 @@ class Partitioner {
 
   std::string origin_text(const Value* value, int dim) const {
     const ShardingOrigin& origin = shardings_.origin(value, dim);
-    if (origin.source != nullptr || value->producer() == nullptr) return origin.describe();
-    // Propagation left the dim whole; the partitioner kept the producer's
-    // operands' layout because that was cheaper than gathering them.
+    const auto rep = reps_.find(value);
+    const bool as_propagated = rep == reps_.end() || rep->second.dims[static_cast<std::size_t>(dim)] ==
+                                                         effective_axes(mesh_, shardings_.sharding(value))[static_cast<std::size_t>(dim)];
+    if ((origin.source != nullptr && as_propagated) || value->producer() == nullptr) return origin.describe();
+    // Propagation left the dim whole or gave it other axes; the partitioner
+    // kept the producer's operands' layout because that moved fewer bytes.
     return fmt::format("%{} {}, computed in its operands' layout", value->name(),
                        value->producer()->op().full_name());
   }
@@ -211,31 +214,44 @@ class Partitioner {
   // The same values wanted in a layout they already have somewhere are not
   // moved again: q, k and v projections of one normalised input share one
   // reshard, and so do an annotation's result and its input (or another
-  // annotation of it).
+  // annotation of it). Otherwise the move starts from whichever layout made
+  // so far sends the fewest bytes: a whole copy made inside an earlier
+  // gather-then-slice is sliced, not gathered again.
   Rep reshard_value(const Value* value, const DimAxes& target, std::string consumer) {
     const Rep& rep = reps_.at(value);
     if (rep.dims == target && rep.unreduced.empty()) return rep;
     const Value* root = alias_root(value);
     if (rep.unreduced.empty()) layouts_.emplace(std::make_pair(root, rep.dims), rep);
     if (auto found = layouts_.find({root, target}); found != layouts_.end()) return found->second;
-    // A partial sum already reduced for another consumer is not reduced
-    // again: the reduction's result (before that consumer's own slices) is
-    // moved instead, and every consumer sees the same sums.
-    const auto reduced = reduced_.find(root);
-    const Rep& source = rep.unreduced.empty() || reduced == reduced_.end() ? rep : reduced->second;
     ReshardWhy why;
     why.value = value;
     why.consumer = std::move(consumer);
     why.origin = [this, value](int dim) { return origin_text(value, dim); };
     why.reduction_shared = returned_.contains(value) || users_count(value) > 1;
-    Rep after_reduction;
-    Rep result = partition_detail::reshard(builder_, source, target, value->type().shape, value->type().dtype, why,
-                                           &after_reduction);
-    if (!source.unreduced.empty()) {
-      reduced_.emplace(root, after_reduction);
-      layouts_.emplace(std::make_pair(root, after_reduction.dims), after_reduction);
+    // A partial sum already reduced for another consumer is not reduced
+    // again: it is moved from a layout made of the reduction's result, so
+    // every consumer sees the same sums.
+    const Rep* source = &rep;
+    if (rep.unreduced.empty() || reduced_.contains(root)) {
+      const TensorType& type = value->type();
+      std::pair<double, std::size_t> least{std::numeric_limits<double>::infinity(), 0};
+      for (auto it = layouts_.lower_bound({root, DimAxes{}}); it != layouts_.end() && it->first.first == root; ++it) {
+        const ProgramBuilder::Mark mark = builder_.mark();
+        partition_detail::reshard(builder_, it->second, target, type.shape, type.dtype, why);
+        const std::pair<double, std::size_t> cost{builder_.ring_bytes_since(mark),
+                                                  builder_.mark().collectives - mark.collectives};
+        builder_.rollback(mark);
+        if (cost < least) {
+          least = cost;
+          source = &it->second;
+        }
+      }
     }
-    layouts_.emplace(std::make_pair(root, target), result);
+    std::vector<Rep> made;
+    Rep result = partition_detail::reshard(builder_, *source, target, value->type().shape, value->type().dtype, why,
+                                           &made);
+    if (!source->unreduced.empty() && !made.empty()) reduced_.emplace(root, made.front());
+    for (const Rep& layout : made) layouts_.emplace(std::make_pair(root, layout.dims), layout);
     return result;
   }
 
@@ -380,18 +396,13 @@ class Partitioner {
     return result_bytes < shard_bytes;
   }
 
-  void lower_op(const Node& node) {
+  // Factor shardings: agreed contractions, then what the results have
+  // (unless !follow_results), then what operands offer.
+  std::vector<std::vector<int>> choose_factors(const Node& node, const OpShardingRule& rule,
+                                               const std::vector<const Rep*>& current, bool partials_kept,
+                                               int addend, bool follow_results) const {
     const OpDef& op = node.op();
     const std::vector<Value*> operands = node.inputs();
-    std::vector<TensorType> in_types, out_types;
-    for (const Value* v : operands) in_types.push_back(v->type());
-    for (const Value* v : node.outputs()) out_types.push_back(v->type());
-    const OpArgs global_args = node.op_args();
-    const OpShardingRule rule = op.sharding_rule(global_args, in_types, out_types);
-    const int addend = op.addend_arg.empty() ? -1 : global_args.tensor(op.addend_arg);
-
-    // 1. Factor shardings: agreed contractions, then what the results have,
-    // then what operands offer.
     std::vector<std::vector<int>> factor_axes(rule.factors.size());
     std::vector<bool> settled(rule.factors.size(), false);
     std::vector<bool> used(static_cast<std::size_t>(mesh_.num_axes()), false);
@@ -418,22 +429,13 @@ class Partitioner {
       factor_axes[f] = std::move(free);
       settled[f] = true;
     };
+    // What each operand's current layout says about each factor.
     // A partial sum that may stay partial through this op keeps its axes to
     // itself: a value cannot be both summed over an axis and split by it.
-    std::vector<const Rep*> current;
-    for (const Value* v : operands) current.push_back(&reps_.at(v));
-    const bool partials_kept = partials_stay(node, current);
     for (std::size_t o = 0; o < operands.size(); ++o) {
       if (current[o]->unreduced.empty() || !partials_kept) continue;
       for (int axis : current[o]->unreduced) used[static_cast<std::size_t>(axis)] = true;
     }
-    // A partial operand reduced here, whose reduction another consumer
-    // already made, is that reduced copy now: it offers that copy's layout.
-    for (std::size_t o = 0; o < operands.size(); ++o) {
-      if (current[o]->unreduced.empty() || partials_kept) continue;
-      if (const auto reduced = reduced_.find(operands[o]); reduced != reduced_.end()) current[o] = &reduced->second;
-    }
-    // What each operand's current layout says about each factor.
     std::vector<FactorOffer> offered(operands.size());
     for (std::size_t o = 0; o < operands.size(); ++o) {
       const DimAxes& dims = current[o]->dims;
@@ -478,7 +480,7 @@ class Partitioner {
           take(f, *agreed);
         }
       }
-      for (std::size_t r = 0; r < node.outputs().size(); ++r) {
+      for (std::size_t r = 0; follow_results && r < node.outputs().size(); ++r) {
         const DimAxes dims = effective_axes(mesh_, shardings_.sharding(node.outputs()[r]));
         std::vector<std::vector<int>> projected(rule.factors.size());
         for (std::size_t d = 0; d < dims.size(); ++d) {
@@ -507,6 +509,95 @@ class Partitioner {
         const bool has = has_factor(rule.operands[o], f);
         const bool counted_once = static_cast<int>(o) == addend && rule.factors[f].reduction == ReduceOp::kSum;
         if (!has && !counted_once) factor_axes[f].clear();
+      }
+    }
+
+    return factor_axes;
+  }
+
+  // Bytes each device would send (ring collectives) to compute `node` with
+  // these factor shardings: its operands moved to them, its results moved
+  // to the layouts propagation gave them. Emitted and rolled back.
+  double plan_bytes(const Node& node, const OpShardingRule& rule, const std::vector<const Rep*>& current,
+                    bool partials_kept, const std::vector<std::vector<int>>& factor_axes) {
+    const ProgramBuilder::Mark mark = builder_.mark();
+    const std::vector<Value*> operands = node.inputs();
+    const ReshardWhy why{nullptr, "", [](int) { return std::string(); }};
+    std::vector<int> partial_axes;
+    ReduceOp reduction = ReduceOp::kSum;
+    for (std::size_t o = 0; o < operands.size(); ++o) {
+      const DimAxes wanted = project_back(mesh_, rule, rule.operands[o], factor_axes);
+      const TensorType& type = operands[o]->type();
+      Rep rep = *current[o];
+      ReshardWhy operand_why = why;
+      operand_why.value = operands[o];
+      if (!rep.unreduced.empty() && partials_kept) {
+        partial_axes.insert(partial_axes.end(), rep.unreduced.begin(), rep.unreduced.end());
+        rep.unreduced.clear();
+        if (rep.dims != wanted) partition_detail::reshard(builder_, rep, wanted, type.shape, type.dtype, operand_why);
+      } else if ((rep.dims != wanted || !rep.unreduced.empty()) &&
+                 !layouts_.contains({alias_root(operands[o]), wanted})) {
+        partition_detail::reshard(builder_, rep, wanted, type.shape, type.dtype, operand_why);
+      }
+    }
+    for (std::size_t f = 0; f < rule.factors.size(); ++f) {
+      if (rule.factors[f].kind != FactorKind::kReduction || factor_axes[f].empty()) continue;
+      reduction = rule.factors[f].reduction;
+      partial_axes.insert(partial_axes.end(), factor_axes[f].begin(), factor_axes[f].end());
+    }
+    std::sort(partial_axes.begin(), partial_axes.end());
+    partial_axes.erase(std::unique(partial_axes.begin(), partial_axes.end()), partial_axes.end());
+    for (std::size_t r = 0; r < node.outputs().size(); ++r) {
+      const Value* output = node.outputs()[r];
+      Rep rep;
+      rep.dims = project_back(mesh_, rule, rule.results[r], factor_axes);
+      rep.unreduced = partial_axes;
+      rep.reduction = reduction;
+      rep.slot = builder_.new_slot({output->type().dtype, padded_shape(mesh_, output->type().shape, rep.dims)});
+      const DimAxes wanted = effective_axes(mesh_, shardings_.sharding(output));
+      if (rep.dims == wanted && rep.unreduced.empty()) continue;
+      ReshardWhy result_why = why;
+      result_why.value = output;
+      partition_detail::reshard(builder_, rep, wanted, output->type().shape, output->type().dtype, result_why);
+    }
+    const double bytes = builder_.ring_bytes_since(mark);
+    builder_.rollback(mark);
+    return bytes;
+  }
+
+  void lower_op(const Node& node) {
+    const OpDef& op = node.op();
+    const std::vector<Value*> operands = node.inputs();
+    std::vector<TensorType> in_types, out_types;
+    for (const Value* v : operands) in_types.push_back(v->type());
+    for (const Value* v : node.outputs()) out_types.push_back(v->type());
+    const OpArgs global_args = node.op_args();
+    const OpShardingRule rule = op.sharding_rule(global_args, in_types, out_types);
+    const int addend = op.addend_arg.empty() ? -1 : global_args.tensor(op.addend_arg);
+
+    // The operands as they are now. A partial operand reduced here, whose
+    // reduction another consumer already made, is that reduced copy: it
+    // offers that copy's layout.
+    std::vector<const Rep*> current;
+    for (const Value* v : operands) current.push_back(&reps_.at(v));
+    const bool partials_kept = partials_stay(node, current);
+    for (std::size_t o = 0; o < operands.size(); ++o) {
+      if (current[o]->unreduced.empty() || partials_kept) continue;
+      if (const auto reduced = reduced_.find(operands[o]); reduced != reduced_.end()) current[o] = &reduced->second;
+    }
+
+    // 1. Factor shardings. An op whose results are wanted in another layout
+    // than its operands have is computed where moving costs fewer bytes:
+    // in the results' layout (moving the operands), or in the operands'
+    // (moving the smaller results: a sum that shrinks its input 4x).
+    std::vector<std::vector<int>> factor_axes = choose_factors(node, rule, current, partials_kept, addend, true);
+    if (!op.position_dependent) {
+      std::vector<std::vector<int>> in_operands_layout =
+          choose_factors(node, rule, current, partials_kept, addend, false);
+      if (in_operands_layout != factor_axes &&
+          plan_bytes(node, rule, current, partials_kept, in_operands_layout) <
+              plan_bytes(node, rule, current, partials_kept, factor_axes)) {
+        factor_axes = std::move(in_operands_layout);
       }
     }
 

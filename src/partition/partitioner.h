@@ -33,6 +33,17 @@ class ProgramBuilder {
   int add_collective(CollectiveInfo info);
   void warn(std::string warning) { program_.warnings.push_back(std::move(warning)); }
 
+  // What the program holds at a point; rollback() drops everything added
+  // since (a trial lowering, to compare costs).
+  struct Mark {
+    std::size_t slots, instructions, collectives, warnings;
+  };
+  Mark mark() const;
+  void rollback(const Mark& mark);
+  // Bytes one device sends in ring implementations of the collectives added
+  // since the mark.
+  double ring_bytes_since(const Mark& mark) const;
+
   int64_t axes_size(const std::vector<int>& axes) const;
   // "'model'", "('data', 'model')"
   std::string axes_text(const std::vector<int>& axes) const;
@@ -56,10 +67,11 @@ struct ReshardWhy {
 };
 
 // Emits what turns `from` into `target` dims with no partial sums; returns
-// the new representation. `reduced`, when given and `from` is partial, gets
-// the representation right after the reduction (before any move or slice).
+// the new representation. `made`, when given, gets every representation
+// without partial sums made on the way, in order (the result last): the
+// first is the reduction's result when `from` is partial.
 Rep reshard(ProgramBuilder& builder, const Rep& from, const DimAxes& target, const Shape& global,
-            DType dtype, const ReshardWhy& why, Rep* reduced = nullptr);
+            DType dtype, const ReshardWhy& why, std::vector<Rep>* made = nullptr);
 
 // The padded local shape of `global` under `dims`.
 Shape padded_shape(const Mesh& mesh, const Shape& global, const DimAxes& dims);

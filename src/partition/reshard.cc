@@ -40,6 +40,31 @@ int ProgramBuilder::add_collective(CollectiveInfo info) {
   return static_cast<int>(program_.collectives.size() - 1);
 }
 
+ProgramBuilder::Mark ProgramBuilder::mark() const {
+  return {program_.slots.size(), program_.instructions.size(), program_.collectives.size(), program_.warnings.size()};
+}
+
+void ProgramBuilder::rollback(const Mark& mark) {
+  program_.slots.resize(mark.slots);
+  program_.instructions.resize(mark.instructions);
+  program_.collectives.resize(mark.collectives);
+  program_.warnings.resize(mark.warnings);
+}
+
+double ProgramBuilder::ring_bytes_since(const Mark& mark) const {
+  double sent = 0;
+  for (std::size_t c = mark.collectives; c < program_.collectives.size(); ++c) {
+    const CollectiveInfo& info = program_.collectives[c];
+    const double n = static_cast<double>(axes_size(info.axes)), bytes = static_cast<double>(info.bytes_per_device);
+    switch (info.kind) {
+      case CollectiveKind::kAllReduce: sent += 2 * (n - 1) / n * bytes; break;
+      case CollectiveKind::kCollectivePermute: sent += bytes; break;
+      default: sent += (n - 1) / n * bytes;  // reduce-scatter, all-gather, all-to-all
+    }
+  }
+  return sent;
+}
+
 int64_t ProgramBuilder::axes_size(const std::vector<int>& axes) const {
   int64_t size = 1;
   for (int axis : axes) size *= mesh_.axis_size(axis);
@@ -71,11 +96,9 @@ class Resharder {
   Resharder(ProgramBuilder& builder, const Shape& global, DType dtype, const ReshardWhy& why)
       : b_(builder), global_(global), dtype_(dtype), why_(why) {}
 
-  Rep run(Rep rep, const DimAxes& target, Rep* reduced) {
-    if (!rep.unreduced.empty()) {
-      rep = reduce(rep, target);
-      if (reduced != nullptr) *reduced = rep;
-    }
+  Rep run(Rep rep, const DimAxes& target, std::vector<Rep>* made) {
+    made_ = made;
+    if (!rep.unreduced.empty()) rep = reduce(rep, target);
     rep = permute(rep, target);
     rep = all_to_all(rep, target);
     rep = unblock(rep, target);
@@ -87,6 +110,11 @@ class Resharder {
  private:
   bool even(int dim, const std::vector<int>& axes) const {
     return global_[static_cast<std::size_t>(dim)] % b_.axes_size(axes) == 0;
+  }
+
+  void emit(Instruction instruction, const Rep& out) {
+    b_.emit(std::move(instruction));
+    if (made_ != nullptr && out.unreduced.empty()) made_->push_back(out);
   }
 
   // An instruction from slot `in` to slot `out`, working on `dim`.
@@ -135,16 +163,17 @@ class Resharder {
   // after its gather: a move no single all-to-all or collective-permute here
   // makes, so the dim is briefly whole (over those axes) on every device.
   void regathered(int dim, const std::vector<int>& axes, std::size_t kept, const DimAxes& target) {
-    std::vector<int> reused;
-    for (int axis : axes) {
-      for (const std::vector<int>& wanted : target) {
-        if (std::find(wanted.begin(), wanted.end(), axis) != wanted.end()) reused.push_back(axis);
-      }
-    }
-    // The dim itself split again over other axes after the gather.
+    // The dim itself split again after the gather (in the target's order),
+    // then the gathered axes the target uses on other dims.
     const std::vector<int>& wanted = target[static_cast<std::size_t>(dim)];
-    for (std::size_t k = kept; k < wanted.size(); ++k) {
-      if (std::find(reused.begin(), reused.end(), wanted[k]) == reused.end()) reused.push_back(wanted[k]);
+    std::vector<int> reused(wanted.begin() + static_cast<std::ptrdiff_t>(kept), wanted.end());
+    for (int axis : axes) {
+      for (const std::vector<int>& other : target) {
+        if (std::find(other.begin(), other.end(), axis) != other.end() &&
+            std::find(reused.begin(), reused.end(), axis) == reused.end()) {
+          reused.push_back(axis);
+        }
+      }
     }
     if (reused.empty()) return;
     b_.warn(fmt::format("involuntary re-materialisation for {}: {} is gathered over {} and split over {} again "
@@ -172,13 +201,16 @@ class Resharder {
           if (std::find(rep.unreduced.begin(), rep.unreduced.end(), want[k]) == rep.unreduced.end()) break;
           run.push_back(want[k]);
         }
-        // The longest run that still divides the dim evenly.
+        // The longest run that still divides the dim evenly, and only if
+        // the target's rest can then be sliced without a gather: an uneven
+        // target is all-reduced whole and sliced.
         while (!run.empty()) {
           std::vector<int> axes = have;
           axes.insert(axes.end(), run.begin(), run.end());
           if (even(static_cast<int>(d), axes)) break;
           run.pop_back();
         }
+        if (have.size() + run.size() < want.size() && !even(static_cast<int>(d), want)) run.clear();
         if (why_.reduction_shared && run.size() != rep.unreduced.size()) continue;
         if (b_.axes_size(run) > b_.axes_size(scattered)) {
           dim = static_cast<int>(d);
@@ -198,7 +230,7 @@ class Resharder {
           CollectiveKind::kReduceScatter, scattered, bytes(rep.slot),
           fmt::format("{}; {} wants it sharded on {}", rep.unreduced_reason, why_.consumer, dim_text(dim)),
           rep.reduction);
-      b_.emit(std::move(instruction));
+      emit(std::move(instruction), out);
       rep = std::move(out);
     }
     if (rep.unreduced.empty()) return rep;
@@ -206,11 +238,14 @@ class Resharder {
     out.unreduced.clear();
     out.slot = slot_for(out.dims);
     Instruction instruction = step(InstructionKind::kCollective, rep.slot, out.slot, 0);
-    instruction.collective = collective(CollectiveKind::kAllReduce, rep.unreduced, bytes(rep.slot),
-                                        fmt::format("{}; {} needs whole values", rep.unreduced_reason,
-                                                    why_.consumer),
-                                        rep.reduction);
-    b_.emit(std::move(instruction));
+    const bool whole = std::all_of(target.begin(), target.end(), [](const std::vector<int>& d) { return d.empty(); });
+    instruction.collective = collective(
+        CollectiveKind::kAllReduce, rep.unreduced, bytes(rep.slot),
+        whole ? fmt::format("{}; {} needs whole values", rep.unreduced_reason, why_.consumer)
+              : fmt::format("{}; {} needs values reduced over {}", rep.unreduced_reason, why_.consumer,
+                            b_.axes_text(rep.unreduced)),
+        rep.reduction);
+    emit(std::move(instruction), out);
     return out;
   }
 
@@ -249,7 +284,7 @@ class Resharder {
         CollectiveKind::kCollectivePermute, axes, bytes(rep.slot),
         fmt::format("{} needs %{} with the same tiles on other devices: {} (sharded by {})", why_.consumer,
                     why_.value->name(), fmt::join(moved, ", "), why_.origin(first_moved)));
-    b_.emit(std::move(instruction));
+    emit(std::move(instruction), out);
     return out;
   }
 
@@ -297,7 +332,7 @@ class Resharder {
           CollectiveKind::kAllToAll, moving, bytes(rep.slot),
           fmt::format("{} needs {} sharded on {} instead of dim {} (sharded by {})", why_.consumer, dim_text(to),
                       b_.axes_text(moving), from, why_.origin(from)));
-      b_.emit(std::move(instruction));
+      emit(std::move(instruction), out);
       rep = std::move(out);
     }
     return rep;
@@ -372,7 +407,7 @@ class Resharder {
     instruction.axes_before = have;
     instruction.axes_after = out.dims[d];
     instruction.collective = collective(CollectiveKind::kAllGather, axes, bytes(out.slot), std::move(reason));
-    b_.emit(std::move(instruction));
+    emit(std::move(instruction), out);
     return out;
   }
 
@@ -393,7 +428,7 @@ class Resharder {
     instruction.global_size = global_[d];
     instruction.axes_before = rep.dims[d];
     instruction.axes_after = target[d];
-    b_.emit(std::move(instruction));
+    emit(std::move(instruction), out);
     return out;
   }
 
@@ -401,17 +436,18 @@ class Resharder {
   const Shape& global_;
   DType dtype_;
   const ReshardWhy& why_;
+  std::vector<Rep>* made_ = nullptr;
 };
 
 }  // namespace
 
 Rep reshard(ProgramBuilder& builder, const Rep& from, const DimAxes& target, const Shape& global,
-            DType dtype, const ReshardWhy& why, Rep* reduced) {
+            DType dtype, const ReshardWhy& why, std::vector<Rep>* made) {
   if (target.size() != from.dims.size()) {
     throw Error(fmt::format("internal: resharding %{} of rank {} to a rank-{} sharding", why.value->name(),
                             from.dims.size(), target.size()));
   }
-  return Resharder(builder, global, dtype, why).run(from, target, reduced);
+  return Resharder(builder, global, dtype, why).run(from, target, made);
 }
 
 }  // namespace shardflow::partition_detail

@@ -377,7 +377,10 @@ struct LadderCase {
 // all-to-all; partial sums are reduce-scattered over the axes the target
 // adds, in its order, on one dim or several; a partial sum reduced for an
 // annotation is reused by a later sum (a partial sum of its shards, not a
-// gather) and by a reshard of the annotation's alias.
+// gather) and by a reshard of the annotation's alias; a reduction is
+// computed in its operand's layout when moving its smaller result costs
+// fewer bytes than moving the operand; a reshard starts from the layout
+// made so far that sends the fewest bytes.
 TEST(Execution, ReshardsTakeTheCheaperSequence) {
   sf::Runtime runtime = sf::Runtime::local(8);
   const std::string mesh = R"M([0, 1, 2, 3, 4, 5, 6, 7], "(2, 2, 2)", "('a', 'b', 'c')")M";
@@ -409,12 +412,36 @@ TEST(Execution, ReshardsTakeTheCheaperSequence) {
        {"reduce-scatter over 'b'", "all-reduce over 'a'"}},
       {"scatter_on_two_dims", "f32[16,16]", matmul("('b', 'a')"),
        {"all-to-all over 'a', 'b'", "reduce-scatter over 'b'", "reduce-scatter over 'a'"}},
+      // Summed where %a is, then the 4x smaller result is gathered (384 B
+      // of buffers), where gathering %a to the result's layout took 1.5 KiB.
+      {"reduction_in_operands_layout", "f32[16,4]",
+       "  %v = aten::reshape(%x, [16, 4, 4]) : f32[16,4,4]\n"
+       "  %a = " + annotate("v", "('a', None, 'b')", "f32[16,4,4]", mesh) + "\n"
+       "  %s = aten::sum.dim_IntList(%a, [1]) : f32[16,4]\n"
+       "  %b = " + annotate("s", "(None, ('a', 'b'))", "f32[16,4]", mesh) + "\n  return %b\n",
+       {"all-gather over 'a' (128 B/device)", "all-gather over 'b' (256 B/device)"}},
       // The sum of %p takes the shards of the reduced copy: a partial sum of
       // 4 B to all-reduce, not a gather of %p.
       {"sum_of_reduced_copy", "f32[16], f32[]",
        partial + "  %q = " + annotate("p", "(('a', 'b'),)", "f32[16]", mesh) + "\n"
        "  %s = aten::sum.dim_IntList(%p, [0]) : f32[]\n  %e = aten::exp(%q) : f32[16]\n  return %e, %s\n",
        {"reduce-scatter (max) over 'a', 'b'", "all-reduce over 'a', 'b'"}},
+      // The whole copy made on the way to ('b', 'c') is %q: not gathered twice.
+      {"whole_copy_made_on_the_way", "f32[16,16], f32[16,16]",
+       "  %a = " + annotate("x", "('a', None)", "f32[16,16]", mesh) + "\n"
+       "  %p = " + annotate("a", "(('b', 'c'), None)", "f32[16,16]", mesh) + "\n"
+       "  %e = aten::exp(%p) : f32[16,16]\n"
+       "  %q = " + annotate("a", "(None, None)", "f32[16,16]", mesh) + "\n  return %e, %q\n",
+       {"all-gather over 'a'"}},
+      // %a3 starts from %a1's layout (one all-to-all), not from %a0 (two).
+      {"chain_starts_from_the_closest_layout", "f32[4,4,16], f32[4,4,16]",
+       "  %v = aten::reshape(%x, [4, 4, 16]) : f32[4,4,16]\n"
+       "  %a0 = " + annotate("v", "('b', None, 'a')", "f32[4,4,16]", mesh) + "\n"
+       "  %a1 = " + annotate("a0", "(None, 'a', 'b')", "f32[4,4,16]", mesh) + "\n"
+       "  %r1 = aten::abs(%a1) : f32[4,4,16]\n"
+       "  %a3 = " + annotate("a0", "(None, ('a', 'b'), None)", "f32[4,4,16]", mesh) + "\n"
+       "  %r3 = aten::abs(%a3) : f32[4,4,16]\n  return %r1, %r3\n",
+       {"all-to-all over 'a'", "all-to-all over 'b'", "all-to-all over 'b'"}},
       // %q is an alias of the reduced %p: the sub moves it by the same
       // all-to-alls as %q2, not by a second chain.
       {"alias_shares_reshard", "f32[16]",
