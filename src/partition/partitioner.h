@@ -2,6 +2,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -72,6 +73,22 @@ struct ReshardWhy {
 // first is the reduction's result when `from` is partial.
 Rep reshard(ProgramBuilder& builder, const Rep& from, const DimAxes& target, const Shape& global,
             DType dtype, const ReshardWhy& why, std::vector<Rep>* made = nullptr);
+
+// One step between layouts without partial sums.
+struct LayoutMove {
+  enum class Kind { kAllGather, kAllToAll, kSlice, kPermute };
+  Kind kind;
+  DimAxes after;         // the layout it makes
+  int dim = -1;          // the dim gathered or sliced; an all-to-all's destination
+  int from_dim = -1;     // an all-to-all's source
+  std::size_t kept = 0;  // axes the gathered dim (or the all-to-all's source) keeps
+};
+
+// The moves from `from` to `to` that cost least: bytes sent plus a fixed
+// latency per collective; nullopt when the search is too large for the
+// axes involved (reshard_search.cc).
+std::optional<std::vector<LayoutMove>> cheapest_moves(const Mesh& mesh, const Shape& global, DType dtype,
+                                                      const DimAxes& from, const DimAxes& to);
 
 // The padded local shape of `global` under `dims`.
 Shape padded_shape(const Mesh& mesh, const Shape& global, const DimAxes& dims);

@@ -99,6 +99,12 @@ class Resharder {
   Rep run(Rep rep, const DimAxes& target, std::vector<Rep>* made) {
     made_ = made;
     if (!rep.unreduced.empty()) rep = reduce(rep, target);
+    if (rep.dims == target) return rep;
+    if (const auto moves = cheapest_moves(b_.mesh(), global_, dtype_, rep.dims, target)) {
+      for (const LayoutMove& move : *moves) rep = apply(rep, move, target);
+      return rep;
+    }
+    // Too many axes to search: a fixed order of moves.
     rep = permute(rep, target);
     rep = all_to_all(rep, target);
     rep = unblock(rep, target);
@@ -318,24 +324,50 @@ class Resharder {
   }
 
   Rep all_to_all(Rep rep, const DimAxes& target) {
-    while (const std::optional<Move> move = find_move(rep.dims, target)) {
-      const std::vector<int>& have = rep.dims[move->from];
-      const std::vector<int> moving(have.begin() + static_cast<std::ptrdiff_t>(move->kept), have.end());
-      Rep out = rep;
-      out.dims[move->from].resize(move->kept);
-      out.dims[move->to].insert(out.dims[move->to].end(), moving.begin(), moving.end());
-      out.slot = slot_for(out.dims);
-      const int to = static_cast<int>(move->to), from = static_cast<int>(move->from);
-      Instruction instruction = step(InstructionKind::kCollective, rep.slot, out.slot, to);
-      instruction.concat_dim = from;
-      instruction.collective = collective(
-          CollectiveKind::kAllToAll, moving, bytes(rep.slot),
-          fmt::format("{} needs {} sharded on {} instead of dim {} (sharded by {})", why_.consumer, dim_text(to),
-                      b_.axes_text(moving), from, why_.origin(from)));
-      emit(std::move(instruction), out);
-      rep = std::move(out);
-    }
+    while (const std::optional<Move> move = find_move(rep.dims, target)) rep = emit_all_to_all(rep, *move);
     return rep;
+  }
+
+  Rep emit_all_to_all(const Rep& rep, const Move& move) {
+    const std::vector<int>& have = rep.dims[move.from];
+    const std::vector<int> moving(have.begin() + static_cast<std::ptrdiff_t>(move.kept), have.end());
+    Rep out = rep;
+    out.dims[move.from].resize(move.kept);
+    out.dims[move.to].insert(out.dims[move.to].end(), moving.begin(), moving.end());
+    out.slot = slot_for(out.dims);
+    const int to = static_cast<int>(move.to), from = static_cast<int>(move.from);
+    Instruction instruction = step(InstructionKind::kCollective, rep.slot, out.slot, to);
+    instruction.concat_dim = from;
+    instruction.collective = collective(
+        CollectiveKind::kAllToAll, moving, bytes(rep.slot),
+        fmt::format("{} needs {} sharded on {} instead of dim {} (sharded by {})", why_.consumer, dim_text(to),
+                    b_.axes_text(moving), from, why_.origin(from)));
+    emit(std::move(instruction), out);
+    return out;
+  }
+
+  // One move of a searched path.
+  Rep apply(const Rep& rep, const LayoutMove& move, const DimAxes& target) {
+    switch (move.kind) {
+      case LayoutMove::Kind::kPermute: return permute(rep, move.after);
+      case LayoutMove::Kind::kAllToAll:
+        return emit_all_to_all(rep, Move{static_cast<std::size_t>(move.from_dim), move.kept,
+                                         static_cast<std::size_t>(move.dim)});
+      case LayoutMove::Kind::kSlice: return slice(rep, move.after, move.dim);
+      case LayoutMove::Kind::kAllGather: break;
+    }
+    const int dim = move.dim;
+    const auto d = static_cast<std::size_t>(dim);
+    const std::vector<int>& have = rep.dims[d];
+    const std::vector<int> axes(have.begin() + static_cast<std::ptrdiff_t>(move.kept), have.end());
+    if (move.kept == 0 && !even(dim, have) && !target[d].empty() && target[d][0] == have[0]) {
+      rematerialised(dim, have, target[d]);
+    } else {
+      regathered(dim, axes, move.kept, target);
+    }
+    return emit_gather(rep, dim, move.kept,
+                       fmt::format("{} needs {} {} but it is sharded on {} by {}", why_.consumer, dim_text(dim),
+                                   wanted_text(target, d), b_.axes_text(have), why_.origin(dim)));
   }
 
   // 3b. Axes the target drops everywhere can block a move: they sit minor

@@ -373,8 +373,8 @@ struct LadderCase {
 
 // Reshards that used to gather a whole dim (or all-reduce) where a cheaper
 // sequence exists, run against one device, with the collectives they now
-// take: axes the target drops are gathered first where they block an
-// all-to-all; partial sums are reduce-scattered over the axes the target
+// take (tensors of 64-256 KiB: bytes, not the per-collective latency,
+// decide): the searched sequence of all-to-alls and gathers; partial sums are reduce-scattered over the axes the target
 // adds, in its order, on one dim or several; a partial sum reduced for an
 // annotation is reused by a later sum (a partial sum of its shards, not a
 // gather) and by a reshard of the annotation's alias; a reduction is
@@ -385,76 +385,78 @@ TEST(Execution, ReshardsTakeTheCheaperSequence) {
   sf::Runtime runtime = sf::Runtime::local(8);
   const std::string mesh = R"M([0, 1, 2, 3, 4, 5, 6, 7], "(2, 2, 2)", "('a', 'b', 'c')")M";
   const auto resharded = [&](const std::string& from, const std::string& to) {
-    return "  %a = " + annotate("x", from, "f32[16,16]", mesh) + "\n  %e = aten::exp(%a) : f32[16,16]\n"
-           "  %b = " + annotate("e", to, "f32[16,16]", mesh) + "\n  %r = aten::sin(%b) : f32[16,16]\n  return %r\n";
+    return "  %a = " + annotate("x", from, "f32[256,256]", mesh) + "\n  %e = aten::exp(%a) : f32[256,256]\n"
+           "  %b = " + annotate("e", to, "f32[256,256]", mesh) + "\n  %r = aten::sin(%b) : f32[256,256]\n  return %r\n";
   };
   const auto summed = [&](const std::string& from, const std::string& to) {
-    return "  %a = " + annotate("x", from, "f32[16,16]", mesh) + "\n  %s = aten::sum.dim_IntList(%a, [1]) : f32[16]\n"
-           "  %b = " + annotate("s", to, "f32[16]", mesh) + "\n  %r = aten::exp(%b) : f32[16]\n  return %r\n";
+    return "  %a = " + annotate("x", from, "f32[256,256]", mesh) + "\n  %s = aten::sum.dim_IntList(%a, [1]) : f32[256]\n"
+           "  %b = " + annotate("s", to, "f32[256]", mesh) + "\n  %r = aten::exp(%b) : f32[256]\n  return %r\n";
   };
   const auto matmul = [&](const std::string& to) {
-    return "  %a = " + annotate("x", "(None, ('a', 'b'))", "f32[16,16]", mesh) + "\n"
-           "  %w = " + annotate("x", "(('a', 'b'), None)", "f32[16,16]", mesh) + "\n"
-           "  %m = aten::matmul(%a, %w) : f32[16,16]\n"
-           "  %b = " + annotate("m", to, "f32[16,16]", mesh) + "\n  %r = aten::exp(%b) : f32[16,16]\n  return %r\n";
+    return "  %a = " + annotate("x", "(None, ('a', 'b'))", "f32[256,256]", mesh) + "\n"
+           "  %w = " + annotate("x", "(('a', 'b'), None)", "f32[256,256]", mesh) + "\n"
+           "  %m = aten::matmul(%a, %w) : f32[256,256]\n"
+           "  %b = " + annotate("m", to, "f32[256,256]", mesh) + "\n  %r = aten::exp(%b) : f32[256,256]\n  return %r\n";
   };
-  const std::string partial = "  %a = " + annotate("x", "(None, ('a', 'b'))", "f32[16,16]", mesh) + "\n"
-                              "  %p = aten::amax(%a, [1]) : f32[16]\n";
+  const std::string partial = "  %a = " + annotate("x", "(None, ('a', 'b'))", "f32[256,256]", mesh) + "\n"
+                              "  %p = aten::amax(%a, [1]) : f32[256]\n";
   const LadderCase cases[] = {
-      {"dest_blocked", "f32[16,16]", resharded("('a', 'b')", "(None, 'a')"),
+      {"dest_blocked", "f32[256,256]", resharded("('a', 'b')", "(None, 'a')"),
        {"all-gather over 'b'", "all-to-all over 'a'"}},
-      {"source_minor_blocked", "f32[16,16]", resharded("(('a', 'b'), None)", "(None, 'a')"),
-       {"all-gather over 'b'", "all-to-all over 'a'"}},
-      {"scatter_then_slice", "f32[16]", summed("(None, 'a')", "(('a', 'b'),)"), {"reduce-scatter over 'a'"}},
-      {"scatter_reordered", "f32[16]", summed("(None, ('a', 'b'))", "(('b', 'a'),)"),
+      // Both axes move (48 KiB sent), then 'b' is gathered (64 KiB), where
+      // gathering 'b' first and moving 'a' sends 128 KiB.
+      {"source_minor_moves_then_gathers", "f32[256,256]", resharded("(('a', 'b'), None)", "(None, 'a')"),
+       {"all-to-all over 'a', 'b' (64 KiB/device)", "all-gather over 'b' (128 KiB/device)"}},
+      {"scatter_then_slice", "f32[256]", summed("(None, 'a')", "(('a', 'b'),)"), {"reduce-scatter over 'a'"}},
+      {"scatter_reordered", "f32[256]", summed("(None, ('a', 'b'))", "(('b', 'a'),)"),
        {"reduce-scatter over 'b', 'a'"}},
-      {"scatter_then_all_reduce", "f32[16]", summed("(None, ('a', 'b'))", "('b',)"),
+      {"scatter_then_all_reduce", "f32[256]", summed("(None, ('a', 'b'))", "('b',)"),
        {"reduce-scatter over 'b'", "all-reduce over 'a'"}},
-      {"scatter_on_two_dims", "f32[16,16]", matmul("('b', 'a')"),
+      {"scatter_on_two_dims", "f32[256,256]", matmul("('b', 'a')"),
        {"all-to-all over 'a', 'b'", "reduce-scatter over 'b'", "reduce-scatter over 'a'"}},
-      // Summed where %a is, then the 4x smaller result is gathered (384 B
-      // of buffers), where gathering %a to the result's layout took 1.5 KiB.
-      {"reduction_in_operands_layout", "f32[16,4]",
-       "  %v = aten::reshape(%x, [16, 4, 4]) : f32[16,4,4]\n"
-       "  %a = " + annotate("v", "('a', None, 'b')", "f32[16,4,4]", mesh) + "\n"
-       "  %s = aten::sum.dim_IntList(%a, [1]) : f32[16,4]\n"
-       "  %b = " + annotate("s", "(None, ('a', 'b'))", "f32[16,4]", mesh) + "\n  return %b\n",
-       {"all-gather over 'a' (128 B/device)", "all-gather over 'b' (256 B/device)"}},
+      // Summed where %a is, then the 16x smaller result moves by two
+      // all-to-alls, where gathering %a to the result's layout moves 384 KiB.
+      {"reduction_in_operands_layout", "f32[256,16]",
+       "  %v = aten::reshape(%x, [256, 16, 16]) : f32[256,16,16]\n"
+       "  %a = " + annotate("v", "('a', None, 'b')", "f32[256,16,16]", mesh) + "\n"
+       "  %s = aten::sum.dim_IntList(%a, [1]) : f32[256,16]\n"
+       "  %b = " + annotate("s", "(None, ('a', 'b'))", "f32[256,16]", mesh) + "\n  return %b\n",
+       {"all-to-all over 'b' (4 KiB/device)", "all-to-all over 'a', 'b' (4 KiB/device)"}},
       // The sum of %p takes the shards of the reduced copy: a partial sum of
       // 4 B to all-reduce, not a gather of %p.
-      {"sum_of_reduced_copy", "f32[16], f32[]",
-       partial + "  %q = " + annotate("p", "(('a', 'b'),)", "f32[16]", mesh) + "\n"
-       "  %s = aten::sum.dim_IntList(%p, [0]) : f32[]\n  %e = aten::exp(%q) : f32[16]\n  return %e, %s\n",
+      {"sum_of_reduced_copy", "f32[256], f32[]",
+       partial + "  %q = " + annotate("p", "(('a', 'b'),)", "f32[256]", mesh) + "\n"
+       "  %s = aten::sum.dim_IntList(%p, [0]) : f32[]\n  %e = aten::exp(%q) : f32[256]\n  return %e, %s\n",
        {"reduce-scatter (max) over 'a', 'b'", "all-reduce over 'a', 'b'"}},
       // The whole copy made on the way to ('b', 'c') is %q: not gathered twice.
-      {"whole_copy_made_on_the_way", "f32[16,16], f32[16,16]",
-       "  %a = " + annotate("x", "('a', None)", "f32[16,16]", mesh) + "\n"
-       "  %p = " + annotate("a", "(('b', 'c'), None)", "f32[16,16]", mesh) + "\n"
-       "  %e = aten::exp(%p) : f32[16,16]\n"
-       "  %q = " + annotate("a", "(None, None)", "f32[16,16]", mesh) + "\n  return %e, %q\n",
+      {"whole_copy_made_on_the_way", "f32[256,256], f32[256,256]",
+       "  %a = " + annotate("x", "('a', None)", "f32[256,256]", mesh) + "\n"
+       "  %p = " + annotate("a", "(('b', 'c'), None)", "f32[256,256]", mesh) + "\n"
+       "  %e = aten::exp(%p) : f32[256,256]\n"
+       "  %q = " + annotate("a", "(None, None)", "f32[256,256]", mesh) + "\n  return %e, %q\n",
        {"all-gather over 'a'"}},
       // %a3 starts from %a1's layout (one all-to-all), not from %a0 (two).
-      {"chain_starts_from_the_closest_layout", "f32[4,4,16], f32[4,4,16]",
-       "  %v = aten::reshape(%x, [4, 4, 16]) : f32[4,4,16]\n"
-       "  %a0 = " + annotate("v", "('b', None, 'a')", "f32[4,4,16]", mesh) + "\n"
-       "  %a1 = " + annotate("a0", "(None, 'a', 'b')", "f32[4,4,16]", mesh) + "\n"
-       "  %r1 = aten::abs(%a1) : f32[4,4,16]\n"
-       "  %a3 = " + annotate("a0", "(None, ('a', 'b'), None)", "f32[4,4,16]", mesh) + "\n"
-       "  %r3 = aten::abs(%a3) : f32[4,4,16]\n  return %r1, %r3\n",
+      {"chain_starts_from_the_closest_layout", "f32[16,16,256], f32[16,16,256]",
+       "  %v = aten::reshape(%x, [16, 16, 256]) : f32[16,16,256]\n"
+       "  %a0 = " + annotate("v", "('b', None, 'a')", "f32[16,16,256]", mesh) + "\n"
+       "  %a1 = " + annotate("a0", "(None, 'a', 'b')", "f32[16,16,256]", mesh) + "\n"
+       "  %r1 = aten::abs(%a1) : f32[16,16,256]\n"
+       "  %a3 = " + annotate("a0", "(None, ('a', 'b'), None)", "f32[16,16,256]", mesh) + "\n"
+       "  %r3 = aten::abs(%a3) : f32[16,16,256]\n  return %r1, %r3\n",
        {"all-to-all over 'a'", "all-to-all over 'b'", "all-to-all over 'b'"}},
       // %q is an alias of the reduced %p: the sub moves it by the same
       // all-to-alls as %q2, not by a second chain.
-      {"alias_shares_reshard", "f32[16]",
-       partial + "  %q = " + annotate("p", "(('a', 'b'),)", "f32[16]", mesh) + "\n"
-       "  %q2 = " + annotate("p", "(('b', 'a'),)", "f32[16]", mesh) + "\n"
-       "  %d = aten::sub.Tensor(%q, %q2) : f32[16]\n  return %d\n",
+      {"alias_shares_reshard", "f32[256]",
+       partial + "  %q = " + annotate("p", "(('a', 'b'),)", "f32[256]", mesh) + "\n"
+       "  %q2 = " + annotate("p", "(('b', 'a'),)", "f32[256]", mesh) + "\n"
+       "  %d = aten::sub.Tensor(%q, %q2) : f32[256]\n  return %d\n",
        {"reduce-scatter (max) over 'a', 'b'", "collective-permute"}},
   };
   for (const LadderCase& c : cases) {
     SCOPED_TRACE(c.name);
-    const std::string text = "func @f(%x: f32[16,16]) -> (" + c.types + ") {\n" + c.program + "}\n";
+    const std::string text = "func @f(%x: f32[256,256]) -> (" + c.types + ") {\n" + c.program + "}\n";
     std::vector<std::string> collectives;
-    expect_same(text, runtime, {sf::randn({16, 16}, 4)}, &collectives);
+    expect_same(text, runtime, {sf::randn({256, 256}, 4)}, &collectives);
     ASSERT_EQ(collectives.size(), c.collectives.size()) << testing::PrintToString(collectives);
     for (std::size_t k = 0; k < collectives.size(); ++k) {
       EXPECT_EQ(collectives[k].rfind(c.collectives[k], 0), 0u) << collectives[k];

@@ -264,12 +264,12 @@ TEST(Patterns, ReassignedTilesMoveInOneCollectivePermute) {
 // that no single all-to-all makes take one per group of axes, in turn.
 TEST(Patterns, AxesMovingBetweenDimsAreAllToAlls) {
   const std::string mesh8 = R"M([0, 1, 2, 3, 4, 5, 6, 7], "(2, 2, 2)", "('a', 'b', 'c')")M";
-  Partitioned both = partition(relu_resharded(mesh8, "f32[8,8]", "(('a', 'b'), None)", "(None, ('a', 'b'))"));
+  Partitioned both = partition(relu_resharded(mesh8, "f32[512,512]", "(('a', 'b'), None)", "(None, ('a', 'b'))"));
   EXPECT_EQ(summary(both), (std::vector<std::string>{"all-to-all a,b"})) << both.program.to_string(both.graph);
   EXPECT_TRUE(both.program.warnings.empty());
-  Partitioned suffix = partition(relu_resharded(mesh8, "f32[8,8]", "(('a', 'b', 'c'), None)", "('a', ('b', 'c'))"));
+  Partitioned suffix = partition(relu_resharded(mesh8, "f32[512,512]", "(('a', 'b', 'c'), None)", "('a', ('b', 'c'))"));
   EXPECT_EQ(summary(suffix), (std::vector<std::string>{"all-to-all b,c"})) << suffix.program.to_string(suffix.graph);
-  Partitioned onto = partition(relu_resharded(mesh8, "f32[8,8]", "(('b', 'c'), 'a')", "(None, ('a', 'b', 'c'))"));
+  Partitioned onto = partition(relu_resharded(mesh8, "f32[512,512]", "(('b', 'c'), 'a')", "(None, ('a', 'b', 'c'))"));
   EXPECT_EQ(summary(onto), (std::vector<std::string>{"all-to-all b,c"})) << onto.program.to_string(onto.graph);
   const auto all_to_alls = [&](const char* type, const char* from, const char* to) {
     Partitioned p = partition(relu_resharded(mesh8, type, from, to));
@@ -277,12 +277,12 @@ TEST(Patterns, AxesMovingBetweenDimsAreAllToAlls) {
     return summary(p);
   };
   using Names = std::vector<std::string>;
-  EXPECT_EQ(all_to_alls("f32[8,8]", "(('a', 'b'), None)", "(None, ('b', 'a'))"), (Names{"all-to-all b", "all-to-all a"}));
-  EXPECT_EQ(all_to_alls("f32[8,8,8]", "(('a', 'b'), None, 'c')", "('c', ('a', 'b'), None)"),
+  EXPECT_EQ(all_to_alls("f32[512,512]", "(('a', 'b'), None)", "(None, ('b', 'a'))"), (Names{"all-to-all b", "all-to-all a"}));
+  EXPECT_EQ(all_to_alls("f32[64,64,64]", "(('a', 'b'), None, 'c')", "('c', ('a', 'b'), None)"),
             (Names{"all-to-all a,b", "all-to-all c"}));
-  EXPECT_EQ(all_to_alls("f32[8,8,8]", "(('a', 'b'), None, None)", "(None, 'a', 'b')"), (Names{"all-to-all b", "all-to-all a"}));
+  EXPECT_EQ(all_to_alls("f32[64,64,64]", "(('a', 'b'), None, None)", "(None, 'a', 'b')"), (Names{"all-to-all b", "all-to-all a"}));
   // The target adds an axis after the moved one: moved, then sliced locally.
-  EXPECT_EQ(all_to_alls("f32[8,8]", "('a', None)", "(None, ('a', 'b'))"), (Names{"all-to-all a"}));
+  EXPECT_EQ(all_to_alls("f32[512,512]", "('a', None)", "(None, ('a', 'b'))"), (Names{"all-to-all a"}));
 }
 
 // A dim gathered over one axis and split over another of a different size
