@@ -227,19 +227,18 @@ class Partitioner {
     why.value = value;
     why.consumer = std::move(consumer);
     why.origin = [this, value](int dim) { return origin_text(value, dim); };
-    why.reduction_shared = returned_.contains(value) || users_count(value) > 1;
+    why.reduction_shared = reduction_shared(value, target);
     // A partial sum already reduced for another consumer is not reduced
     // again: it is moved from a layout made of the reduction's result, so
     // every consumer sees the same sums.
     const Rep* source = &rep;
     if (rep.unreduced.empty() || reduced_.contains(root)) {
       const TensorType& type = value->type();
-      std::pair<double, std::size_t> least{std::numeric_limits<double>::infinity(), 0};
+      double least = std::numeric_limits<double>::infinity();
       for (auto it = layouts_.lower_bound({root, DimAxes{}}); it != layouts_.end() && it->first.first == root; ++it) {
         const ProgramBuilder::Mark mark = builder_.mark();
         partition_detail::reshard(builder_, it->second, target, type.shape, type.dtype, why);
-        const std::pair<double, std::size_t> cost{builder_.ring_bytes_since(mark),
-                                                  builder_.mark().collectives - mark.collectives};
+        const double cost = builder_.cost_since(mark);
         builder_.rollback(mark);
         if (cost < least) {
           least = cost;
@@ -299,6 +298,20 @@ class Partitioner {
       case Linearity::kBilinear: return partial_count == 1;
     }
     return false;
+  }
+
+  // Whether a partial sum's reduction, made for a consumer that wants
+  // `target`, serves other uses that may want another layout. Annotations
+  // and graph outputs say what they want; other ops might want anything.
+  bool reduction_shared(const Value* value, const DimAxes& target) const {
+    if (!returned_.contains(value) && users_count(value) <= 1) return false;
+    if (returned_.contains(value) && effective_axes(mesh_, shardings_.sharding(value)) != target) return true;
+    const auto found = users_.find(value);
+    if (found == users_.end()) return false;
+    return std::any_of(found->second.begin(), found->second.end(), [&](const Node* user) {
+      return user->op().full_name() != ops::kMarkShardingOp ||
+             effective_axes(mesh_, shardings_.sharding(user->output())) != target;
+    });
   }
 
   std::size_t users_count(const Value* value) const {
@@ -515,10 +528,10 @@ class Partitioner {
     return factor_axes;
   }
 
-  // Bytes each device would send (ring collectives) to compute `node` with
-  // these factor shardings: its operands moved to them, its results moved
-  // to the layouts propagation gave them. Emitted and rolled back.
-  double plan_bytes(const Node& node, const OpShardingRule& rule, const std::vector<const Rep*>& current,
+  // The cost (ProgramBuilder::cost_since) of computing `node` with these
+  // factor shardings: its operands moved to them, its results moved to the
+  // layouts propagation gave them. Emitted and rolled back.
+  double plan_cost(const Node& node, const OpShardingRule& rule, const std::vector<const Rep*>& current,
                     bool partials_kept, const std::vector<std::vector<int>>& factor_axes) {
     const ProgramBuilder::Mark mark = builder_.mark();
     const std::vector<Value*> operands = node.inputs();
@@ -560,9 +573,9 @@ class Partitioner {
       result_why.value = output;
       partition_detail::reshard(builder_, rep, wanted, output->type().shape, output->type().dtype, result_why);
     }
-    const double bytes = builder_.ring_bytes_since(mark);
+    const double cost = builder_.cost_since(mark);
     builder_.rollback(mark);
-    return bytes;
+    return cost;
   }
 
   void lower_op(const Node& node) {
@@ -595,8 +608,8 @@ class Partitioner {
       std::vector<std::vector<int>> in_operands_layout =
           choose_factors(node, rule, current, partials_kept, addend, false);
       if (in_operands_layout != factor_axes &&
-          plan_bytes(node, rule, current, partials_kept, in_operands_layout) <
-              plan_bytes(node, rule, current, partials_kept, factor_axes)) {
+          plan_cost(node, rule, current, partials_kept, in_operands_layout) <
+              plan_cost(node, rule, current, partials_kept, factor_axes)) {
         factor_axes = std::move(in_operands_layout);
       }
     }

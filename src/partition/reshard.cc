@@ -51,8 +51,8 @@ void ProgramBuilder::rollback(const Mark& mark) {
   program_.warnings.resize(mark.warnings);
 }
 
-double ProgramBuilder::ring_bytes_since(const Mark& mark) const {
-  double sent = 0;
+double ProgramBuilder::cost_since(const Mark& mark) const {
+  double sent = kCollectiveLatencyBytes * static_cast<double>(program_.collectives.size() - mark.collectives);
   for (std::size_t c = mark.collectives; c < program_.collectives.size(); ++c) {
     const CollectiveInfo& info = program_.collectives[c];
     const double n = static_cast<double>(axes_size(info.axes)), bytes = static_cast<double>(info.bytes_per_device);
@@ -98,7 +98,22 @@ class Resharder {
 
   Rep run(Rep rep, const DimAxes& target, std::vector<Rep>* made) {
     made_ = made;
-    if (!rep.unreduced.empty()) rep = reduce(rep, target);
+    if (!rep.unreduced.empty()) {
+      // Scattering over some partial axes and all-reducing the rest sends
+      // fewer bytes than one all-reduce, in more collectives: tried both ways.
+      const auto trial_cost = [&](bool scatter) {
+        const ProgramBuilder::Mark mark = b_.mark();
+        Resharder trial(b_, global_, dtype_, why_);
+        trial.scatter_ = scatter;
+        trial.trial_ = true;
+        trial.run(rep, target, nullptr);
+        const double cost = b_.cost_since(mark);
+        b_.rollback(mark);
+        return cost;
+      };
+      if (!trial_) scatter_ = trial_cost(true) <= trial_cost(false);
+      rep = reduce(rep, target);
+    }
     if (rep.dims == target) return rep;
     if (const auto moves = cheapest_moves(b_.mesh(), global_, dtype_, rep.dims, target)) {
       for (const LayoutMove& move : *moves) rep = apply(rep, move, target);
@@ -195,7 +210,7 @@ class Resharder {
   // each take some; what no dim takes is all-reduced, after the scatters
   // made the buffer smaller.
   Rep reduce(Rep rep, const DimAxes& target) {
-    for (;;) {
+    while (scatter_) {
       int dim = -1;
       std::vector<int> scattered;
       for (std::size_t d = 0; d < target.size(); ++d) {
@@ -469,6 +484,8 @@ class Resharder {
   DType dtype_;
   const ReshardWhy& why_;
   std::vector<Rep>* made_ = nullptr;
+  bool scatter_ = true;  // reduce-scatter where the target allows; else all-reduce
+  bool trial_ = false;   // a trial run: scatter_ is given
 };
 
 }  // namespace

@@ -16,17 +16,11 @@ namespace {
 
 // Beyond this many layouts the caller falls back to its fixed ladder.
 constexpr std::size_t kMaxLayouts = 4096;
-// A collective's fixed cost (its latency), in bytes sent: small tensors
-// take the fewest collectives, large ones the fewest bytes. Measured
-// (runtime_bench, 2-core VM): a 4 KiB all-reduce over 2 in-process devices
-// takes 2.3 us at 23 GB/s (53 KB), over 8 takes 28 us at 3.2 GB/s (90 KB);
-// MPI between hosts is ~10 us at ~10 GB/s (100 KB).
-constexpr double kLatencyBytes = 64 * 1024;
 
 struct Cost {
   double bytes = 0;
   int collectives = 0;
-  double total() const { return bytes + kLatencyBytes * collectives; }
+  double total() const { return bytes + kCollectiveLatencyBytes * collectives; }
   bool operator<(const Cost& other) const {
     return total() != other.total() ? total() < other.total() : collectives < other.collectives;
   }

@@ -410,8 +410,17 @@ TEST(Execution, ReshardsTakeTheCheaperSequence) {
       {"scatter_then_slice", "f32[256]", summed("(None, 'a')", "(('a', 'b'),)"), {"reduce-scatter over 'a'"}},
       {"scatter_reordered", "f32[256]", summed("(None, ('a', 'b'))", "(('b', 'a'),)"),
        {"reduce-scatter over 'b', 'a'"}},
-      {"scatter_then_all_reduce", "f32[256]", summed("(None, ('a', 'b'))", "('b',)"),
+      // 256 KiB of partial sums: a scatter and an all-reduce of half of
+      // them send 256 KiB, one all-reduce 384 KiB (the extra collective's
+      // latency counts 64 KiB). At 1 KiB, one all-reduce.
+      {"scatter_then_all_reduce", "f32[65536]",
+       "  %v = aten::reshape(%x, [65536, 1]) : f32[65536,1]\n"
+       "  %w = aten::expand(%v, [65536, 4]) : f32[65536,4]\n"
+       "  %a = " + annotate("w", "(None, ('a', 'b'))", "f32[65536,4]", mesh) + "\n"
+       "  %s = aten::sum.dim_IntList(%a, [1]) : f32[65536]\n"
+       "  %b = " + annotate("s", "('b',)", "f32[65536]", mesh) + "\n  %r = aten::exp(%b) : f32[65536]\n  return %r\n",
        {"reduce-scatter over 'b'", "all-reduce over 'a'"}},
+      {"all_reduce_when_small", "f32[256]", summed("(None, ('a', 'b'))", "('b',)"), {"all-reduce over 'a', 'b'"}},
       {"scatter_on_two_dims", "f32[256,256]", matmul("('b', 'a')"),
        {"all-to-all over 'a', 'b'", "reduce-scatter over 'b'", "reduce-scatter over 'a'"}},
       // Summed where %a is, then the 16x smaller result moves by two
