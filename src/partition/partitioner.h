@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "shardflow/ir/sharding_rule.h"
 #include "shardflow/partition/program.h"
 
 namespace shardflow::partition_detail {
@@ -97,6 +98,32 @@ struct LayoutMove {
 // axes involved (reshard_search.cc).
 std::optional<std::vector<LayoutMove>> cheapest_moves(const Mesh& mesh, const Shape& global, DType dtype,
                                                       const DimAxes& from, const DimAxes& to);
+
+// A sharding's axes per dim, without axes of size one: they split nothing
+// (a (4,1,2) mesh's 'fsdp'), so the partitioner never spends a collective
+// on them.
+DimAxes effective_axes(const Mesh& mesh, const Sharding& sharding);
+
+// The dims' axes a tensor gets from its factors' axes (factors.cc).
+DimAxes project_back(const Mesh& mesh, const OpShardingRule& rule, const DimFactors& mapping,
+                     const std::vector<std::vector<int>>& factor_axes);
+
+// What choosing an op's factor shardings looks at (factors.cc).
+struct FactorChoice {
+  const Mesh& mesh;
+  const PropagationResult& shardings;
+  const Node& node;
+  const OpShardingRule& rule;
+  const std::vector<const Rep*>& current;  // the operands as they are now
+  bool partials_kept;                       // its partial operands stay partial
+  int addend;                               // the operand counted once (linear's bias), or -1
+};
+
+// The mesh axes of each factor: contractions the operands already agree
+// on, then the layouts propagation gave the results (unless
+// !follow_results: the op is then computed in its operands' layout), then
+// what the operands' layouts offer.
+std::vector<std::vector<int>> choose_factors(const FactorChoice& choice, bool follow_results);
 
 // The padded local shape of `global` under `dims`.
 Shape padded_shape(const Mesh& mesh, const Shape& global, const DimAxes& dims);
