@@ -243,6 +243,19 @@ class Partitioner {
     return true;
   }
 
+  // Result r of `node` as the factor shardings lay it out, in a new slot.
+  Rep new_result(const Node& node, const OpShardingRule& rule, std::size_t r,
+                 const std::vector<std::vector<int>>& factor_axes, const std::vector<int>& partial_axes,
+                 ReduceOp reduction) {
+    const TensorType& type = node.outputs()[r]->type();
+    Rep rep;
+    rep.dims = project_back(mesh_, rule, rule.results[r], factor_axes);
+    rep.unreduced = partial_axes;
+    rep.reduction = reduction;
+    rep.slot = builder_.new_slot({type.dtype, padded_shape(mesh_, type.shape, rep.dims)});
+    return rep;
+  }
+
   // The cost (ProgramBuilder::cost_since) of computing `node` with these
   // factor shardings: its operands moved to them, its results moved to the
   // layouts propagation gave them. Emitted and rolled back.
@@ -277,11 +290,7 @@ class Partitioner {
     partial_axes.erase(std::unique(partial_axes.begin(), partial_axes.end()), partial_axes.end());
     for (std::size_t r = 0; r < node.outputs().size(); ++r) {
       const Value* output = node.outputs()[r];
-      Rep rep;
-      rep.dims = project_back(mesh_, rule, rule.results[r], factor_axes);
-      rep.unreduced = partial_axes;
-      rep.reduction = reduction;
-      rep.slot = builder_.new_slot({output->type().dtype, padded_shape(mesh_, output->type().shape, rep.dims)});
+      const Rep rep = new_result(node, rule, r, factor_axes, partial_axes, reduction);
       const DimAxes wanted = effective_axes(mesh_, shardings_.sharding(output));
       if (rep.dims == wanted && rep.unreduced.empty()) continue;
       ReshardWhy result_why = why;
@@ -429,14 +438,9 @@ class Partitioner {
     for (const Rep& rep : local) compute.inputs.push_back(rep.slot);
     std::vector<Rep> results;
     for (std::size_t r = 0; r < node.outputs().size(); ++r) {
-      const Value* output = node.outputs()[r];
-      Rep rep;
-      rep.dims = project_back(mesh_, rule, rule.results[r], factor_axes);
-      rep.unreduced = partial_axes;
-      rep.reduction = reduction;
+      Rep rep = new_result(node, rule, r, factor_axes, partial_axes, reduction);
       rep.unreduced_reason = partial_reason;
-      const Shape shape = padded_shape(mesh_, output->type().shape, rep.dims);
-      rep.slot = builder_.new_slot({output->type().dtype, shape});
+      const Shape shape = builder_.slot_type(rep.slot).shape;
       compute.outputs.push_back(rep.slot);
       if (!op.output_shape_arg.empty()) {
         const int index = op.schema.argument_index(op.output_shape_arg);
