@@ -1,7 +1,8 @@
 // MPI jobs launched with mpiexec, as a user launches them: `shardflow run`
 // and `shardflow llama` with --backend mpi give the in-process results; a
 // rank that throws, exits or stops joining collectives ends the job with a
-// non-zero status and the error within 30 s; ranks started with different
+// non-zero status and the error within 30 s, printed once when every rank
+// has it; ranks started with different
 // arguments, or too few ranks for the mesh, are told at start-up.
 #include <gtest/gtest.h>
 
@@ -119,6 +120,21 @@ TEST(MpiJob, TooFewRanksForTheMeshIsAnError) {
   EXPECT_NE(r.err.find("the mesh (2, 1, 2) needs 4 device(s), but the MPI job has 2 rank(s): launch it with mpirun -n 4"),
             std::string::npos)
       << r.err;
+}
+
+// Bad input fails on every rank: the error is printed once (by rank 0),
+// not once per rank.
+TEST(MpiJob, AnErrorOfEveryRankIsPrintedOnce) {
+  const std::string path = write("mpi_bad.ir", "func @f(%x: f32[4]) -> (f32[4]) {\n  %y = aten::nope(%x) : f32[4]\n"
+                                               "  return %y\n}\n");
+  const JobResult r = run(mpiexec(4) + kShardflow + " run " + path + " --backend mpi");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_LT(r.seconds, 30);
+  const std::string error = "unknown op 'aten::nope'";
+  const std::size_t first = r.err.find(error);
+  ASSERT_NE(first, std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find(error, first + 1), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("shardflow: rank 0 of 4: error: invalid IR at line 2"), std::string::npos) << r.err;
 }
 
 }  // namespace
