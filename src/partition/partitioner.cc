@@ -133,17 +133,17 @@ class Partitioner {
     // every consumer sees the same sums.
     const Rep* source = &rep;
     if (rep.unreduced.empty() || reduced_.contains(root)) {
-      const TensorType& type = value->type();
-      double least = std::numeric_limits<double>::infinity();
+      std::vector<const Rep*> made_before;
+      std::vector<DimAxes> layouts;
       for (auto it = layouts_.lower_bound({root, DimAxes{}}); it != layouts_.end() && it->first.first == root; ++it) {
-        const ProgramBuilder::Mark mark = builder_.mark();
-        partition_detail::reshard(builder_, it->second, target, type.shape, type.dtype, why);
-        const double cost = builder_.cost_since(mark);
-        builder_.rollback(mark);
-        if (cost < least) {
-          least = cost;
-          source = &it->second;
-        }
+        made_before.push_back(&it->second);
+        layouts.push_back(it->second.dims);
+      }
+      const TensorType& type = value->type();
+      if (const auto found = partition_detail::cheapest_moves(mesh_, type.shape, type.dtype, layouts, target)) {
+        source = made_before[found->source];
+      } else if (!rep.unreduced.empty()) {
+        source = &reduced_.at(root);  // too many axes to search: the first reduced copy
       }
     }
     std::vector<Rep> made;

@@ -93,11 +93,16 @@ struct LayoutMove {
   std::size_t kept = 0;  // axes the gathered dim (or the all-to-all's source) keeps
 };
 
-// The moves from `from` to `to` that cost least: bytes sent plus a fixed
-// latency per collective; nullopt when the search is too large for the
-// axes involved (reshard_search.cc).
-std::optional<std::vector<LayoutMove>> cheapest_moves(const Mesh& mesh, const Shape& global, DType dtype,
-                                                      const DimAxes& from, const DimAxes& to);
+// The moves to `to` that cost least (bytes sent plus kCollectiveLatencyBytes
+// per collective), from whichever of `sources` (layouts of the same values)
+// that is cheapest; nullopt when the search is too large for the axes
+// involved (reshard_search.cc).
+struct CheapestMoves {
+  std::size_t source = 0;  // index into the sources
+  std::vector<LayoutMove> moves;
+};
+std::optional<CheapestMoves> cheapest_moves(const Mesh& mesh, const Shape& global, DType dtype,
+                                            const std::vector<DimAxes>& sources, const DimAxes& to);
 
 // A sharding's axes per dim, without axes of size one: they split nothing
 // (a (4,1,2) mesh's 'fsdp'), so the partitioner never spends a collective

@@ -115,8 +115,8 @@ class Resharder {
       rep = reduce(rep, target);
     }
     if (rep.dims == target) return rep;
-    if (const auto moves = cheapest_moves(b_.mesh(), global_, dtype_, rep.dims, target)) {
-      for (const LayoutMove& move : *moves) rep = apply(rep, move, target);
+    if (const auto found = cheapest_moves(b_.mesh(), global_, dtype_, {rep.dims}, target)) {
+      for (const LayoutMove& move : found->moves) rep = apply(rep, move, target);
       return rep;
     }
     // Too many axes to search: a fixed order of moves.
@@ -187,7 +187,8 @@ class Resharder {
     // The dim itself split again after the gather (in the target's order),
     // then the gathered axes the target uses on other dims.
     const std::vector<int>& wanted = target[static_cast<std::size_t>(dim)];
-    std::vector<int> reused(wanted.begin() + static_cast<std::ptrdiff_t>(kept), wanted.end());
+    // (A searched path may keep more axes here than the target gives the dim.)
+    std::vector<int> reused(wanted.begin() + static_cast<std::ptrdiff_t>(std::min(kept, wanted.size())), wanted.end());
     for (int axis : axes) {
       for (const std::vector<int>& other : target) {
         if (std::find(other.begin(), other.end(), axis) != other.end() &&

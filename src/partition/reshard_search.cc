@@ -30,11 +30,12 @@ struct Cost {
 
 class Search {
  public:
-  Search(const Mesh& mesh, const Shape& global, DType dtype, const DimAxes& from, const DimAxes& to)
+  Search(const Mesh& mesh, const Shape& global, DType dtype, const std::vector<DimAxes>& sources, const DimAxes& to)
       : mesh_(mesh), global_(global), element_bytes_(static_cast<int64_t>(element_size(dtype))), target_(to) {
-    for (const DimAxes* layout : {&from, &to}) {
-      for (const std::vector<int>& dim : *layout) axes_.insert(axes_.end(), dim.begin(), dim.end());
+    for (const DimAxes& source : sources) {
+      for (const std::vector<int>& dim : source) axes_.insert(axes_.end(), dim.begin(), dim.end());
     }
+    for (const std::vector<int>& dim : to) axes_.insert(axes_.end(), dim.begin(), dim.end());
     std::sort(axes_.begin(), axes_.end());
     axes_.erase(std::unique(axes_.begin(), axes_.end()), axes_.end());
     // Relabellings of the involved axes that keep every axis's size: the
@@ -49,16 +50,26 @@ class Search {
     }
   }
 
-  std::optional<std::vector<LayoutMove>> run(const DimAxes& from) {
+  // Every source starts at cost 0: the path found starts from the one
+  // that reaches the target cheapest.
+  std::optional<CheapestMoves> run(const std::vector<DimAxes>& sources) {
     using Entry = std::pair<Cost, DimAxes>;
     std::priority_queue<Entry, std::vector<Entry>, std::greater<>> frontier;
-    best_[from] = {Cost{}, std::nullopt};
-    frontier.push({Cost{}, from});
+    for (const DimAxes& source : sources) {
+      best_[source] = {Cost{}, std::nullopt};
+      frontier.push({Cost{}, source});
+    }
     while (!frontier.empty()) {
       const auto [cost, layout] = frontier.top();
       frontier.pop();
       if (cost > best_.at(layout).first) continue;
-      if (layout == target_) return path_to(layout);
+      if (layout == target_) {
+        CheapestMoves found;
+        DimAxes start = layout;
+        found.moves = path_to(start);
+        found.source = static_cast<std::size_t>(std::find(sources.begin(), sources.end(), start) - sources.begin());
+        return found;
+      }
       if (best_.size() > kMaxLayouts) return std::nullopt;
       for (const auto& [move, step] : moves(layout)) {
         const Cost reached = cost + step;
@@ -158,7 +169,8 @@ class Search {
     return out;
   }
 
-  std::vector<LayoutMove> path_to(DimAxes layout) const {
+  // The moves that reach `layout`; `layout` becomes the source they start at.
+  std::vector<LayoutMove> path_to(DimAxes& layout) const {
     std::vector<LayoutMove> path;
     for (;;) {
       const std::optional<Arrival>& arrival = best_.at(layout).second;
@@ -174,16 +186,16 @@ class Search {
   const Shape& global_;
   int64_t element_bytes_;
   const DimAxes& target_;
-  std::vector<int> axes_;                     // used by either layout, sorted
+  std::vector<int> axes_;                     // used by a source or the target, sorted
   std::vector<std::vector<int>> relabellings_;  // images of axes_, sizes kept
   std::map<DimAxes, std::pair<Cost, std::optional<Arrival>>> best_;
 };
 
 }  // namespace
 
-std::optional<std::vector<LayoutMove>> cheapest_moves(const Mesh& mesh, const Shape& global, DType dtype,
-                                                      const DimAxes& from, const DimAxes& to) {
-  return Search(mesh, global, dtype, from, to).run(from);
+std::optional<CheapestMoves> cheapest_moves(const Mesh& mesh, const Shape& global, DType dtype,
+                                            const std::vector<DimAxes>& sources, const DimAxes& to) {
+  return Search(mesh, global, dtype, sources, to).run(sources);
 }
 
 }  // namespace shardflow::partition_detail
