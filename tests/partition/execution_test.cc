@@ -407,6 +407,14 @@ TEST(Execution, ReshardsTakeTheCheaperSequence) {
       // gathering 'b' first and moving 'a' sends 128 KiB.
       {"source_minor_moves_then_gathers", "f32[256,256]", resharded("(('a', 'b'), None)", "(None, 'a')"),
        {"all-to-all over 'a', 'b' (64 KiB/device)", "all-gather over 'b' (128 KiB/device)"}},
+      // The gather keeps 'a' on dim 0, which the target leaves whole (the
+      // re-materialisation check ran past the target's axes: a crash).
+      {"gather_keeps_an_axis_the_dim_drops", "f32[65536,2]",
+       "  %v = aten::reshape(%x, [65536, 1]) : f32[65536,1]\n"
+       "  %w = aten::expand(%v, [65536, 2]) : f32[65536,2]\n"
+       "  %a = " + annotate("w", "(('a', 'b'), None)", "f32[65536,2]", mesh) + "\n"
+       "  %b = " + annotate("a", "(None, 'a')", "f32[65536,2]", mesh) + "\n  return %b\n",
+       {"all-gather over 'b'", "all-to-all over 'a'"}},
       {"scatter_then_slice", "f32[256]", summed("(None, 'a')", "(('a', 'b'),)"), {"reduce-scatter over 'a'"}},
       {"scatter_reordered", "f32[256]", summed("(None, ('a', 'b'))", "(('b', 'a'),)"),
        {"reduce-scatter over 'b', 'a'"}},
