@@ -115,6 +115,8 @@ class Resharder {
       rep = reduce(rep, target);
     }
     if (rep.dims == target) return rep;
+    source_dims_ = rep.dims;
+    target_ = &target;
     if (const auto found = cheapest_moves(b_.mesh(), global_, dtype_, {rep.dims}, target)) {
       for (const LayoutMove& move : found->moves) rep = apply(rep, move, target);
       return rep;
@@ -146,6 +148,23 @@ class Resharder {
     instruction.outputs = {out};
     instruction.dim = dim;
     return instruction;
+  }
+
+  // Where dim `dim` of `rep` got its axes: the value's origin while the dim
+  // is as the moves found it.
+  std::string origin(int dim, const Rep& rep) const {
+    const auto d = static_cast<std::size_t>(dim);
+    if (source_dims_.size() > d && rep.dims[d] == source_dims_[d]) return why_.origin(dim);
+    return "an earlier step of this move";
+  }
+
+  // ", on the way to (None, ('a', 'b'))" for a step that does not put the
+  // dims where the target has them.
+  std::string on_the_way(bool there) const {
+    if (there || target_ == nullptr) return "";
+    std::vector<std::string> dims;
+    for (const std::vector<int>& axes : *target_) dims.push_back(axes.empty() ? "None" : b_.axes_text(axes));
+    return fmt::format(", on the way to ({})", fmt::join(dims, ", "));
   }
 
   int slot_for(const DimAxes& dims) {
@@ -199,8 +218,9 @@ class Resharder {
     }
     if (reused.empty()) return;
     b_.warn(fmt::format("involuntary re-materialisation for {}: {} is gathered over {} and split over {} again "
-                        "(the target splits it or another dim that way); no single all-to-all or "
-                        "collective-permute makes this move, so the dim is whole on every device in between",
+                        "(the target splits it or another dim that way), so the dim is whole on every device in "
+                        "between; no sequence of all-to-alls and collective-permutes found costs less (bytes "
+                        "sent plus 64 KiB per collective)",
                         why_.consumer, dim_text(dim), b_.axes_text(axes), b_.axes_text(reused)));
   }
 
@@ -304,8 +324,9 @@ class Resharder {
     }
     instruction.collective = collective(
         CollectiveKind::kCollectivePermute, axes, bytes(rep.slot),
-        fmt::format("{} needs %{} with the same tiles on other devices: {} (sharded by {})", why_.consumer,
-                    why_.value->name(), fmt::join(moved, ", "), why_.origin(first_moved)));
+        fmt::format("{} needs %{} with the same tiles on other devices: {} (sharded by {}){}", why_.consumer,
+                    why_.value->name(), fmt::join(moved, ", "), origin(first_moved, rep),
+                    on_the_way(target_ == nullptr || target == *target_)));
     emit(std::move(instruction), out);
     return out;
   }
@@ -352,12 +373,19 @@ class Resharder {
     out.dims[move.to].insert(out.dims[move.to].end(), moving.begin(), moving.end());
     out.slot = slot_for(out.dims);
     const int to = static_cast<int>(move.to), from = static_cast<int>(move.from);
+    // Where the target has them: a prefix of the target's axes for that dim.
+    bool there = target_ == nullptr;
+    if (!there) {
+      const std::vector<int>& now = out.dims[move.to];
+      const std::vector<int>& wanted = (*target_)[move.to];
+      there = now.size() <= wanted.size() && std::equal(now.begin(), now.end(), wanted.begin());
+    }
     Instruction instruction = step(InstructionKind::kCollective, rep.slot, out.slot, to);
     instruction.concat_dim = from;
     instruction.collective = collective(
         CollectiveKind::kAllToAll, moving, bytes(rep.slot),
-        fmt::format("{} needs {} sharded on {} instead of dim {} (sharded by {})", why_.consumer, dim_text(to),
-                    b_.axes_text(moving), from, why_.origin(from)));
+        fmt::format("{} needs {} sharded on {} instead of dim {} (sharded by {}){}", why_.consumer, dim_text(to),
+                    b_.axes_text(moving), from, origin(from, rep), on_the_way(there)));
     emit(std::move(instruction), out);
     return out;
   }
@@ -383,7 +411,7 @@ class Resharder {
     }
     return emit_gather(rep, dim, move.kept,
                        fmt::format("{} needs {} {} but it is sharded on {} by {}", why_.consumer, dim_text(dim),
-                                   wanted_text(target, d), b_.axes_text(have), why_.origin(dim)));
+                                   wanted_text(target, d), b_.axes_text(have), origin(dim, rep)));
   }
 
   // 3b. Axes the target drops everywhere can block a move: they sit minor
@@ -435,7 +463,7 @@ class Resharder {
     if (!uneven) regathered(dim, axes, common, target);
     return emit_gather(rep, dim, common,
                        fmt::format("{} needs {} {} but it is sharded on {} by {}", why_.consumer, dim_text(dim),
-                                   wanted_text(target, d), b_.axes_text(have), why_.origin(dim)));
+                                   wanted_text(target, d), b_.axes_text(have), origin(dim, rep)));
   }
 
   std::string wanted_text(const DimAxes& target, std::size_t d) const {
@@ -485,6 +513,8 @@ class Resharder {
   DType dtype_;
   const ReshardWhy& why_;
   std::vector<Rep>* made_ = nullptr;
+  DimAxes source_dims_;              // the layout the moves start from
+  const DimAxes* target_ = nullptr;  // the layout they end at
   bool scatter_ = true;  // reduce-scatter where the target allows; else all-reduce
   bool trial_ = false;   // a trial run: scatter_ is given
 };
