@@ -220,6 +220,11 @@ int run_run_command(const RunOptions& options) {
   nlohmann::ordered_json json_outputs = nlohmann::ordered_json::array();
   double max_abs = 0, max_rel = 0;
   bool within = true;
+  // The element furthest over its output's tolerance, for the error line.
+  struct Excess {
+    double ratio = 0, got = 0, expected = 0, diff = 0, allowed = 0, tolerance = 0;
+    std::size_t output = 0, element = 0;
+  } worst;
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     const Tensor& output = outputs[i];
     const std::vector<float> values = output.to_floats();
@@ -242,8 +247,14 @@ int run_run_command(const RunOptions& options) {
         if (both_nan || values[k] == expected[k]) diff = 0;  // equal infinities too
         if (std::isnan(diff)) diff = std::numeric_limits<double>::infinity();
         max_abs = std::max(max_abs, diff);
-        max_rel = std::max(max_rel, diff / std::max(std::abs(static_cast<double>(expected[k])), 1e-6));
-        within = within && diff <= tolerance * (1 + scale);
+        max_rel = std::max(max_rel, std::isinf(diff) ? diff : diff / std::max(std::abs(static_cast<double>(expected[k])), 1e-6));
+        const double allowed = tolerance * (1 + scale);
+        if (diff > allowed) {
+          within = false;
+          if (diff / allowed > worst.ratio) {
+            worst = {diff / allowed, values[k], expected[k], diff, allowed, tolerance, i, k};
+          }
+        }
       }
     }
     if (options.format == "json") {
@@ -272,9 +283,12 @@ int run_run_command(const RunOptions& options) {
   }
   if (report && options.format != "json") std::cout << profile_text("run", *report);
   if (reference && !within) {
-    std::cerr << fmt::format("error: the {}-device result differs from the one-device result by up to {:.3g} "
-                             "(tolerance 1e-4, 4e-3 through f16 and 2e-2 through bf16 values, times 1 + max finite |expected|)\n",
-                             p.program.mesh->size(), max_abs);
+    std::cerr << fmt::format("error: output {} (%{}) of the {}-device result differs from the one-device result: "
+                             "element {} is {:.6g}, expected {:.6g} (difference {:.3g}, allowed {:.3g} = {:g} times 1 + "
+                             "max finite |expected|; the tolerance is 1e-4, 4e-3 through f16 and 2e-2 through bf16 "
+                             "values)\n",
+                             worst.output, graph.outputs()[worst.output]->name(), p.program.mesh->size(), worst.element,
+                             worst.got, worst.expected, worst.diff, worst.allowed, worst.tolerance);
     return 1;
   }
   return 0;

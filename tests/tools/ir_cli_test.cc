@@ -146,18 +146,24 @@ TEST(IrCli, RunChecksAgainstOneDevice) {
 // division of a partial sum by zeros, or a product with inf, reduces first
 // and matches.
 TEST(IrCli, RunCheckComparesInfinitiesExactly) {
-  const std::string overflow = write("overflow.ir", R"IR(func @f() -> (f32[4]) {
+  const std::string overflow = write("overflow.ir", R"IR(func @f() -> (f32[6,4], f32[4]) {
   %p = aten::full([4, 4], 3e+38) : f32[4,4]
   %n = aten::full([2, 4], -3e+38) : f32[2,4]
   %c = aten::cat([%p, %n], 0) : f32[6,4]
   %a = xla::dynamo_mark_sharding(%c, [0, 1, 2], "(3,)", "('x',)", "('x', None)") : f32[6,4]
   %s = aten::sum.dim_IntList(%a, [0]) : f32[4]
-  return %s
+  return %a, %s
 }
 )IR");
   const CliResult r = run_cli("run " + overflow + " --check");
   EXPECT_EQ(r.status, 1) << r.out;
-  EXPECT_NE(r.out.find("OUT OF TOLERANCE"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("max rel diff inf (OUT OF TOLERANCE)"), std::string::npos) << r.out;
+  // The error names the output and element over its tolerance.
+  EXPECT_NE(r.err.find("error: output 1 (%s) of the 3-device result differs from the one-device result: element 0 "
+                       "is "),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("nan, expected inf (difference inf"), std::string::npos) << r.err;
   const std::string divide = write("divide.ir", R"IR(func @f(%x: f32[8,8], %w: f32[8,8]) -> (f32[8,8]) {
   %a = xla::dynamo_mark_sharding(%x, [0, 1, 2, 3], "(4,)", "('model',)", "(None, 'model')") : f32[8,8]
   %b = xla::dynamo_mark_sharding(%w, [0, 1, 2, 3], "(4,)", "('model',)", "('model', None)") : f32[8,8]
