@@ -186,7 +186,7 @@ bool slicing_whole_operands_is_cheaper(const FactorChoice& c, const std::vector<
 
 }  // namespace
 
-std::vector<std::vector<int>> choose_factors(const FactorChoice& c, bool follow_results) {
+std::vector<std::vector<int>> choose_factors(const FactorChoice& c, FactorPlan plan) {
   const Mesh& mesh = c.mesh;
   const Node& node = c.node;
   const OpShardingRule& rule = c.rule;
@@ -270,7 +270,7 @@ std::vector<std::vector<int>> choose_factors(const FactorChoice& c, bool follow_
         take(f, *agreed);
       }
     }
-    for (std::size_t r = 0; follow_results && r < node.outputs().size(); ++r) {
+    for (std::size_t r = 0; plan != FactorPlan::kOperandsOnly && r < node.outputs().size(); ++r) {
       const DimAxes dims = effective_axes(mesh, c.shardings.sharding(node.outputs()[r]));
       std::vector<std::vector<int>> projected(rule.factors.size());
       for (std::size_t d = 0; d < dims.size(); ++d) {
@@ -281,6 +281,11 @@ std::vector<std::vector<int>> choose_factors(const FactorChoice& c, bool follow_
         if (projected[f].empty() || (!in_operands[f] && op.output_shape_arg.empty())) continue;
         if (slices_a_picked_from_operand(rule, offered, operands, f, projected[f], node.outputs()[r])) continue;
         take(f, projected[f]);
+      }
+      if (plan != FactorPlan::kResultsOnly) continue;
+      // Whole in the result: kept whole, not taken from an operand.
+      for (const std::vector<int>& factors : rule.results[r]) {
+        for (int f : factors) settled[static_cast<std::size_t>(f)] = true;
       }
     }
     for (const FactorOffer& offer : offered) {

@@ -36,6 +36,7 @@ using partition_detail::choose_factors;
 using partition_detail::DimAxes;
 using partition_detail::effective_axes;
 using partition_detail::FactorChoice;
+using partition_detail::FactorPlan;
 using partition_detail::padded_shape;
 using partition_detail::project_back;
 using partition_detail::ProgramBuilder;
@@ -324,17 +325,24 @@ class Partitioner {
     }
 
     // 1. Factor shardings. An op whose results are wanted in another layout
-    // than its operands have is computed where moving costs fewer bytes:
-    // in the results' layout (moving the operands), or in the operands'
-    // (moving the smaller results: a sum that shrinks its input 4x).
+    // than its operands have is computed where moving costs least: in the
+    // results' layout filled in by the operands' (the default), in the
+    // operands' alone (moving the smaller results: a sum that shrinks its
+    // input 4x), or in the results' alone (gathering a smaller operand
+    // rather than a larger result).
     const FactorChoice choice{mesh_, shardings_, node, rule, current, partials_kept, addend};
-    std::vector<std::vector<int>> factor_axes = choose_factors(choice, true);
+    std::vector<std::vector<int>> factor_axes = choose_factors(choice, FactorPlan::kResultsThenOperands);
     if (!op.position_dependent) {
-      std::vector<std::vector<int>> in_operands_layout = choose_factors(choice, false);
-      if (in_operands_layout != factor_axes &&
-          plan_cost(node, rule, current, partials_kept, in_operands_layout) <
-              plan_cost(node, rule, current, partials_kept, factor_axes)) {
-        factor_axes = std::move(in_operands_layout);
+      double least = -1;
+      for (const FactorPlan plan : {FactorPlan::kOperandsOnly, FactorPlan::kResultsOnly}) {
+        std::vector<std::vector<int>> other = choose_factors(choice, plan);
+        if (other == factor_axes) continue;
+        if (least < 0) least = plan_cost(node, rule, current, partials_kept, factor_axes);
+        const double cost = plan_cost(node, rule, current, partials_kept, other);
+        if (cost < least) {
+          least = cost;
+          factor_axes = std::move(other);
+        }
       }
     }
 

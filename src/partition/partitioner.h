@@ -124,11 +124,16 @@ struct FactorChoice {
   int addend;                               // the operand counted once (linear's bias), or -1
 };
 
+// Where an op is computed: its results' layouts, filled in by what the
+// operands offer (the default); the operands' layouts only; or the
+// results' layouts only (a factor a result has whole stays whole, even
+// where an operand shards it).
+enum class FactorPlan { kResultsThenOperands, kOperandsOnly, kResultsOnly };
+
 // The mesh axes of each factor: contractions the operands already agree
-// on, then the layouts propagation gave the results (unless
-// !follow_results: the op is then computed in its operands' layout), then
-// what the operands' layouts offer.
-std::vector<std::vector<int>> choose_factors(const FactorChoice& choice, bool follow_results);
+// on, then (by the plan) the layouts propagation gave the results and what
+// the operands' layouts offer.
+std::vector<std::vector<int>> choose_factors(const FactorChoice& choice, FactorPlan plan);
 
 // The padded local shape of `global` under `dims`.
 Shape padded_shape(const Mesh& mesh, const Shape& global, const DimAxes& dims);

@@ -482,3 +482,27 @@ TEST(Execution, ReshardsTakeTheCheaperSequence) {
 }
 
 }  // namespace
+
+namespace {
+
+// Propagation leaves the product's rows whole (the result annotation wants
+// them so) while x offers them split over 'x': computing split and
+// gathering the 4 MiB result was the default; gathering x (1 MiB) first and
+// computing in the result's layout costs less, and is taken (helper probe).
+TEST(Execution, ContractionGathersTheSmallerOperandRatherThanTheLargerResult) {
+  sf::Runtime runtime = sf::Runtime::local(4);
+  const std::string mesh = R"M([0, 1, 2, 3], "(2, 2, 1)", "('x', 'c', 'a')")M";
+  const std::string text = "func @f(%x: f32[1024,256], %w: f32[256,1024]) -> (f32[1024,1024]) {\n"
+                           "  %ax = " + annotate("x", "(('a', 'x'), None)", "f32[1024,256]", mesh) + "\n"
+                           "  %aw = " + annotate("w", "('a', 'c')", "f32[256,1024]", mesh) + "\n"
+                           "  %y = aten::matmul(%ax, %aw) : f32[1024,1024]\n"
+                           "  %r = " + annotate("y", "(None, ('c', 'a'))", "f32[1024,1024]", mesh) + "\n"
+                           "  return %r\n}\n";
+  std::vector<std::string> collectives;
+  expect_same(text, runtime, {sf::randn({1024, 256}, 5), sf::randn({256, 1024}, 6)}, &collectives);
+  ASSERT_EQ(collectives.size(), 1u) << testing::PrintToString(collectives);
+  EXPECT_EQ(collectives[0].rfind("all-gather over 'x' (1 MiB/device): %y aten::matmul needs dim 0 of %ax whole", 0), 0u)
+      << collectives[0];
+}
+
+}  // namespace
