@@ -35,7 +35,10 @@ class Search {
     for (const DimAxes& source : sources) {
       for (const std::vector<int>& dim : source) axes_.insert(axes_.end(), dim.begin(), dim.end());
     }
-    for (const std::vector<int>& dim : to) axes_.insert(axes_.end(), dim.begin(), dim.end());
+    for (const std::vector<int>& dim : to) {
+      axes_.insert(axes_.end(), dim.begin(), dim.end());
+      target_axes_.insert(target_axes_.end(), dim.begin(), dim.end());
+    }
     std::sort(axes_.begin(), axes_.end());
     axes_.erase(std::unique(axes_.begin(), axes_.end()), axes_.end());
     // Relabellings of the involved axes that keep every axis's size: the
@@ -157,6 +160,16 @@ class Search {
           out.push_back({move, {0, 0}});
         }
       }
+      // Any other axis the target uses, sliced here to be moved on by an
+      // all-to-all or a permute: ['x'] -> [('a', 'x')] slices 'a' after 'x'
+      // and swaps them, instead of gathering 'x'.
+      for (int axis : target_axes_) {
+        if (uses(layout, axis)) continue;
+        LayoutMove move{LayoutMove::Kind::kSlice, layout, static_cast<int>(d), -1, 0};
+        move.after[d].push_back(axis);
+        if (!have.empty() && !even(d, move.after[d])) continue;
+        out.push_back({move, {0, 0}});
+      }
     }
     // Collective-permutes: the same tiles, counted by other axes.
     for (const std::vector<int>& image : relabellings_) {
@@ -187,6 +200,7 @@ class Search {
   int64_t element_bytes_;
   const DimAxes& target_;
   std::vector<int> axes_;                     // used by a source or the target, sorted
+  std::vector<int> target_axes_;              // used by the target
   std::vector<std::vector<int>> relabellings_;  // images of axes_, sizes kept
   std::map<DimAxes, std::pair<Cost, std::optional<Arrival>>> best_;
 };

@@ -445,12 +445,13 @@ TEST(Execution, ReshardsTakeTheCheaperSequence) {
        partial + "  %q = " + annotate("p", "(('a', 'b'),)", "f32[256]", mesh) + "\n"
        "  %s = aten::sum.dim_IntList(%p, [0]) : f32[]\n  %e = aten::exp(%q) : f32[256]\n  return %e, %s\n",
        {"reduce-scatter (max) over 'a', 'b'", "all-reduce over 'a', 'b'"}},
-      // The whole copy made on the way to ('b', 'c') is %q: not gathered twice.
-      {"whole_copy_made_on_the_way", "f32[256,256], f32[256,256]",
+      // The whole copy gathered for %q is sliced for %p, not moved again
+      // from %a (a slice and a collective-permute).
+      {"whole_copy_made_before", "f32[256,256], f32[256,256]",
        "  %a = " + annotate("x", "('a', None)", "f32[256,256]", mesh) + "\n"
+       "  %q = " + annotate("a", "(None, None)", "f32[256,256]", mesh) + "\n"
        "  %p = " + annotate("a", "(('b', 'c'), None)", "f32[256,256]", mesh) + "\n"
-       "  %e = aten::exp(%p) : f32[256,256]\n"
-       "  %q = " + annotate("a", "(None, None)", "f32[256,256]", mesh) + "\n  return %e, %q\n",
+       "  %e = aten::exp(%p) : f32[256,256]\n  return %e, %q\n",
        {"all-gather over 'a'"}},
       // %a3 starts from %a1's layout (one all-to-all), not from %a0 (two).
       {"chain_starts_from_the_closest_layout", "f32[16,16,256], f32[16,16,256]",

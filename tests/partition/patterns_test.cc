@@ -281,8 +281,9 @@ TEST(Patterns, AxesMovingBetweenDimsAreAllToAlls) {
   EXPECT_EQ(all_to_alls("f32[64,64,64]", "(('a', 'b'), None, 'c')", "('c', ('a', 'b'), None)"),
             (Names{"all-to-all a,b", "all-to-all c"}));
   EXPECT_EQ(all_to_alls("f32[64,64,64]", "(('a', 'b'), None, None)", "(None, 'a', 'b')"), (Names{"all-to-all b", "all-to-all a"}));
-  // The target adds an axis after the moved one: moved, then sliced locally.
-  EXPECT_EQ(all_to_alls("f32[512,512]", "('a', None)", "(None, ('a', 'b'))"), (Names{"all-to-all a"}));
+  // The target adds an axis after the moved one: sliced locally first, so
+  // the all-to-all moves a quarter of the tensor, not half.
+  EXPECT_EQ(all_to_alls("f32[512,512]", "('a', None)", "(None, ('a', 'b'))"), (Names{"all-to-all a,b"}));
 }
 
 // A dim gathered over one axis and split over another of a different size
