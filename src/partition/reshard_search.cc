@@ -1,9 +1,9 @@
-// The cheapest sequence of layout moves between two layouts without partial
-// sums: Dijkstra over layouts of the axes either one uses, each move costing
-// the bytes one device sends in a ring implementation plus a fixed latency
-// per collective. It finds what a fixed order of moves misses, e.g.
-// (('a', 'b'), 'c') -> ('c', 'a'): gather 'b', then one collective-permute
-// swapping 'a' and 'c', instead of gathering both dims whole.
+// The cheapest sequence of layout moves between layouts without partial
+// sums: Dijkstra over layouts of the axes they use, each move costing the
+// bytes one device sends in a ring implementation plus a fixed latency per
+// collective. It finds what a fixed order of moves misses, e.g.
+// (('a', 'b'), 'c') -> ('c', 'a'): one collective-permute swapping 'a' and
+// 'c', then a gather of 'b', instead of gathering both dims whole.
 #include <algorithm>
 #include <map>
 #include <queue>
@@ -16,6 +16,10 @@ namespace {
 
 // Beyond this many layouts the caller falls back to its fixed ladder.
 constexpr std::size_t kMaxLayouts = 4096;
+// Relabellings tried as collective-permutes: all of them up to 6 axes of
+// one size; with more (7 or more equal axes in one tensor's layouts) the
+// first ones only, so a search stays within milliseconds.
+constexpr std::size_t kMaxRelabellings = 720;
 
 struct Cost {
   double bytes = 0;
@@ -44,7 +48,7 @@ class Search {
     // Relabellings of the involved axes that keep every axis's size: the
     // collective-permutes worth trying.
     std::vector<int> image = axes_;
-    while (std::next_permutation(image.begin(), image.end())) {
+    while (relabellings_.size() < kMaxRelabellings && std::next_permutation(image.begin(), image.end())) {
       bool same_sizes = true;
       for (std::size_t i = 0; i < axes_.size(); ++i) {
         same_sizes = same_sizes && mesh_.axis_size(axes_[i]) == mesh_.axis_size(image[i]);
