@@ -1,6 +1,7 @@
 // Internals of the partitioner shared by its files (private to partition/).
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <optional>
 #include <string>
@@ -21,6 +22,16 @@ using DimAxes = std::vector<std::vector<int>>;
 // over 8 takes 28 us at 3.2 GB/s (90 KB); MPI between hosts is ~10 us at
 // ~10 GB/s (100 KB).
 inline constexpr double kCollectiveLatencyBytes = 64 * 1024;
+
+// Bytes one device sends in a ring implementation of a collective of `kind`
+// over `group_size` devices; `bytes` is its larger local buffer (what a
+// reduction takes in, what an all-gather puts out).
+double ring_bytes_sent(CollectiveKind kind, double group_size, double bytes);
+
+// Whether `axes` begins with `prefix`.
+inline bool starts_with(const std::vector<int>& axes, const std::vector<int>& prefix) {
+  return prefix.size() <= axes.size() && std::equal(prefix.begin(), prefix.end(), axes.begin());
+}
 
 // A value's current local representation on every device.
 struct Rep {

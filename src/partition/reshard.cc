@@ -51,16 +51,21 @@ void ProgramBuilder::rollback(const Mark& mark) {
   program_.warnings.resize(mark.warnings);
 }
 
+double ring_bytes_sent(CollectiveKind kind, double group_size, double bytes) {
+  const double n = group_size;
+  switch (kind) {
+    case CollectiveKind::kAllReduce: return 2 * (n - 1) / n * bytes;  // reduce-scatter + all-gather
+    case CollectiveKind::kCollectivePermute: return bytes;
+    default: return (n - 1) / n * bytes;  // reduce-scatter, all-gather, all-to-all
+  }
+}
+
 double ProgramBuilder::cost_since(const Mark& mark) const {
   double sent = kCollectiveLatencyBytes * static_cast<double>(program_.collectives.size() - mark.collectives);
   for (std::size_t c = mark.collectives; c < program_.collectives.size(); ++c) {
     const CollectiveInfo& info = program_.collectives[c];
-    const double n = static_cast<double>(axes_size(info.axes)), bytes = static_cast<double>(info.bytes_per_device);
-    switch (info.kind) {
-      case CollectiveKind::kAllReduce: sent += 2 * (n - 1) / n * bytes; break;
-      case CollectiveKind::kCollectivePermute: sent += bytes; break;
-      default: sent += (n - 1) / n * bytes;  // reduce-scatter, all-gather, all-to-all
-    }
+    sent += ring_bytes_sent(info.kind, static_cast<double>(axes_size(info.axes)),
+                            static_cast<double>(info.bytes_per_device));
   }
   return sent;
 }
@@ -237,7 +242,7 @@ class Resharder {
       for (std::size_t d = 0; d < target.size(); ++d) {
         const std::vector<int>& have = rep.dims[d];
         const std::vector<int>& want = target[d];
-        if (want.size() <= have.size() || !std::equal(have.begin(), have.end(), want.begin())) continue;
+        if (want.size() <= have.size() || !starts_with(want, have)) continue;
         std::vector<int> run;
         for (std::size_t k = have.size(); k < want.size(); ++k) {
           if (std::find(rep.unreduced.begin(), rep.unreduced.end(), want[k]) == rep.unreduced.end()) break;
@@ -342,9 +347,6 @@ class Resharder {
     std::size_t from = 0, kept = 0, to = 0;  // dim `from` keeps its first `kept` axes
   };
   std::optional<Move> find_move(const DimAxes& dims, const DimAxes& target) const {
-    const auto starts_with = [](const std::vector<int>& whole, const std::vector<int>& prefix) {
-      return prefix.size() <= whole.size() && std::equal(prefix.begin(), prefix.end(), whole.begin());
-    };
     for (std::size_t from = 0; from < target.size(); ++from) {
       const std::vector<int>& have = dims[from];
       if (!even(static_cast<int>(from), have)) continue;
@@ -374,12 +376,7 @@ class Resharder {
     out.slot = slot_for(out.dims);
     const int to = static_cast<int>(move.to), from = static_cast<int>(move.from);
     // Where the target has them: a prefix of the target's axes for that dim.
-    bool there = target_ == nullptr;
-    if (!there) {
-      const std::vector<int>& now = out.dims[move.to];
-      const std::vector<int>& wanted = (*target_)[move.to];
-      there = now.size() <= wanted.size() && std::equal(now.begin(), now.end(), wanted.begin());
-    }
+    const bool there = target_ == nullptr || starts_with((*target_)[move.to], out.dims[move.to]);
     Instruction instruction = step(InstructionKind::kCollective, rep.slot, out.slot, to);
     instruction.concat_dim = from;
     instruction.collective = collective(
@@ -409,9 +406,7 @@ class Resharder {
     } else {
       regathered(dim, axes, move.kept, target);
     }
-    return emit_gather(rep, dim, move.kept,
-                       fmt::format("{} needs {} {} but it is sharded on {} by {}", why_.consumer, dim_text(dim),
-                                   wanted_text(target, d), b_.axes_text(have), origin(dim, rep)));
+    return gather_for(rep, dim, move.kept, target);
   }
 
   // 3b. Axes the target drops everywhere can block a move: they sit minor
@@ -461,9 +456,15 @@ class Resharder {
     }
     const std::vector<int> axes(have.begin() + static_cast<std::ptrdiff_t>(common), have.end());
     if (!uneven) regathered(dim, axes, common, target);
-    return emit_gather(rep, dim, common,
+    return gather_for(rep, dim, common, target);
+  }
+
+  // An all-gather of `dim` down to its first `kept` axes, for `target`.
+  Rep gather_for(const Rep& rep, int dim, std::size_t kept, const DimAxes& target) {
+    const auto d = static_cast<std::size_t>(dim);
+    return emit_gather(rep, dim, kept,
                        fmt::format("{} needs {} {} but it is sharded on {} by {}", why_.consumer, dim_text(dim),
-                                   wanted_text(target, d), b_.axes_text(have), origin(dim, rep)));
+                                   wanted_text(target, d), b_.axes_text(rep.dims[d]), origin(dim, rep)));
   }
 
   std::string wanted_text(const DimAxes& target, std::size_t d) const {

@@ -134,7 +134,7 @@ class Search {
         LayoutMove move{LayoutMove::Kind::kAllGather, layout, static_cast<int>(d), -1, kept};
         move.after[d].resize(kept);
         const double n = static_cast<double>(group_size({have.begin() + static_cast<std::ptrdiff_t>(kept), have.end()}));
-        out.push_back({move, {(n - 1) / n * tile_bytes(move.after), 1}});
+        out.push_back({move, {ring_bytes_sent(CollectiveKind::kAllGather, n, tile_bytes(move.after)), 1}});
       }
       // All-to-alls moving a minor-end suffix to the minor end of another dim.
       for (std::size_t kept = 0; kept < have.size() && even(d, have); ++kept) {
@@ -146,12 +146,12 @@ class Search {
           move.after[d].resize(kept);
           move.after[to].insert(move.after[to].end(), moving.begin(), moving.end());
           if (!even(to, move.after[to])) continue;
-          out.push_back({move, {(n - 1) / n * bytes, 1}});
+          out.push_back({move, {ring_bytes_sent(CollectiveKind::kAllToAll, n, bytes), 1}});
         }
       }
       // Local slices towards the target's prefix of this dim, for free.
       const std::vector<int>& want = target_[d];
-      if (have.size() < want.size() && std::equal(have.begin(), have.end(), want.begin())) {
+      if (have.size() < want.size() && starts_with(want, have)) {
         for (std::size_t length = have.size() + 1; length <= want.size(); ++length) {
           LayoutMove move{LayoutMove::Kind::kSlice, layout, static_cast<int>(d), -1, 0};
           move.after[d].assign(want.begin(), want.begin() + static_cast<std::ptrdiff_t>(length));
@@ -181,7 +181,7 @@ class Search {
       for (std::vector<int>& dim : move.after) {
         for (int& axis : dim) axis = image[static_cast<std::size_t>(std::find(axes_.begin(), axes_.end(), axis) - axes_.begin())];
       }
-      if (move.after != layout) out.push_back({move, {bytes, 1}});
+      if (move.after != layout) out.push_back({move, {bytes, 1}});  // each device sends its tile
     }
     return out;
   }
