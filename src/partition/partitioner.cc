@@ -244,6 +244,19 @@ class Partitioner {
     return true;
   }
 
+  // The mesh axes the sharded reduction factors leave partial sums over,
+  // and (in `reduction`) how those sums combine.
+  static std::vector<int> sharded_reduction_axes(const OpShardingRule& rule,
+                                                 const std::vector<std::vector<int>>& factor_axes, ReduceOp& reduction) {
+    std::vector<int> axes;
+    for (std::size_t f = 0; f < rule.factors.size(); ++f) {
+      if (rule.factors[f].kind != FactorKind::kReduction || factor_axes[f].empty()) continue;
+      reduction = rule.factors[f].reduction;
+      axes.insert(axes.end(), factor_axes[f].begin(), factor_axes[f].end());
+    }
+    return axes;
+  }
+
   // Result r of `node` as the factor shardings lay it out, in a new slot.
   Rep new_result(const Node& node, const OpShardingRule& rule, std::size_t r,
                  const std::vector<std::vector<int>>& factor_axes, const std::vector<int>& partial_axes,
@@ -282,11 +295,8 @@ class Partitioner {
         partition_detail::reshard(builder_, rep, wanted, type.shape, type.dtype, operand_why);
       }
     }
-    for (std::size_t f = 0; f < rule.factors.size(); ++f) {
-      if (rule.factors[f].kind != FactorKind::kReduction || factor_axes[f].empty()) continue;
-      reduction = rule.factors[f].reduction;
-      partial_axes.insert(partial_axes.end(), factor_axes[f].begin(), factor_axes[f].end());
-    }
+    const std::vector<int> reduced = sharded_reduction_axes(rule, factor_axes, reduction);
+    partial_axes.insert(partial_axes.end(), reduced.begin(), reduced.end());
     std::sort(partial_axes.begin(), partial_axes.end());
     partial_axes.erase(std::unique(partial_axes.begin(), partial_axes.end()), partial_axes.end());
     for (std::size_t r = 0; r < node.outputs().size(); ++r) {
@@ -374,17 +384,16 @@ class Partitioner {
     }
 
     // 3. Padding of sharded reduced dims holds the reduction's identity.
-    std::vector<int> partial_axes;
     ReduceOp reduction = ReduceOp::kSum;
+    std::vector<int> partial_axes = sharded_reduction_axes(rule, factor_axes, reduction);
     std::string partial_reason;
     double scale = 1;
     for (std::size_t f = 0; f < rule.factors.size(); ++f) {
       if (rule.factors[f].kind != FactorKind::kReduction || factor_axes[f].empty()) continue;
-      reduction = rule.factors[f].reduction;
-      partial_axes.insert(partial_axes.end(), factor_axes[f].begin(), factor_axes[f].end());
-      const double identity = reduction == ReduceOp::kSum ? 0.0
-                              : reduction == ReduceOp::kMax ? -std::numeric_limits<double>::infinity()
-                                                               : std::numeric_limits<double>::infinity();
+      const ReduceOp combine = rule.factors[f].reduction;
+      const double identity = combine == ReduceOp::kSum ? 0.0
+                              : combine == ReduceOp::kMax ? -std::numeric_limits<double>::infinity()
+                                                             : std::numeric_limits<double>::infinity();
       bool described = false;
       for (std::size_t o = 0; o < operands.size(); ++o) {
         for (std::size_t d = 0; d < rule.operands[o].size(); ++d) {
