@@ -219,8 +219,8 @@ int run_run_command(const RunOptions& options) {
   if (options.check) reference = run_graph(graph, input_values);
   nlohmann::ordered_json json_outputs = nlohmann::ordered_json::array();
   double max_abs = 0, max_rel = 0;
-  bool within = true;
-  // The element furthest over its output's tolerance, for the error line.
+  // The element furthest over its output's tolerance, for the error line
+  // (ratio 0: every element within).
   struct Excess {
     double ratio = 0, got = 0, expected = 0, diff = 0, allowed = 0, tolerance = 0;
     std::size_t output = 0, element = 0;
@@ -249,11 +249,8 @@ int run_run_command(const RunOptions& options) {
         max_abs = std::max(max_abs, diff);
         max_rel = std::max(max_rel, std::isinf(diff) ? diff : diff / std::max(std::abs(static_cast<double>(expected[k])), 1e-6));
         const double allowed = tolerance * (1 + scale);
-        if (diff > allowed) {
-          within = false;
-          if (diff / allowed > worst.ratio) {
-            worst = {diff / allowed, values[k], expected[k], diff, allowed, tolerance, i, k};
-          }
+        if (diff > allowed && diff / allowed > worst.ratio) {
+          worst = {diff / allowed, values[k], expected[k], diff, allowed, tolerance, i, k};
         }
       }
     }
@@ -269,6 +266,7 @@ int run_run_command(const RunOptions& options) {
                                values.size() > head.size() ? " ..." : "");
     }
   }
+  const bool within = worst.ratio == 0;
   if (options.format == "json") {
     nlohmann::ordered_json out{{"outputs", json_outputs}};
     if (reference) {
