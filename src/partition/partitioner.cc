@@ -133,6 +133,7 @@ class Partitioner {
     // again: it is moved from a layout made of the reduction's result, so
     // every consumer sees the same sums.
     const Rep* source = &rep;
+    std::optional<partition_detail::CheapestMoves> found;
     if (rep.unreduced.empty() || reduced_.contains(root)) {
       std::vector<const Rep*> made_before;
       std::vector<DimAxes> layouts;
@@ -141,7 +142,8 @@ class Partitioner {
         layouts.push_back(it->second.dims);
       }
       const TensorType& type = value->type();
-      if (const auto found = partition_detail::cheapest_moves(mesh_, type.shape, type.dtype, layouts, target)) {
+      found = partition_detail::cheapest_moves(mesh_, type.shape, type.dtype, layouts, target);
+      if (found) {
         source = made_before[found->source];
       } else if (!rep.unreduced.empty()) {
         source = &reduced_.at(root);  // too many axes to search: the first reduced copy
@@ -149,7 +151,7 @@ class Partitioner {
     }
     std::vector<Rep> made;
     Rep result = partition_detail::reshard(builder_, *source, target, value->type().shape, value->type().dtype, why,
-                                           &made);
+                                           &made, found ? &found->moves : nullptr);
     if (!source->unreduced.empty() && !made.empty()) reduced_.emplace(root, made.front());
     for (const Rep& layout : made) layouts_.emplace(std::make_pair(root, layout.dims), layout);
     return result;

@@ -87,33 +87,44 @@ struct ReshardWhy {
   bool reduction_shared = false;
 };
 
+// One step of a reshard: a layout move, or a reduction of partial sums.
+struct LayoutMove {
+  enum class Kind { kAllGather, kAllToAll, kSlice, kPermute, kReduceScatter, kAllReduce };
+  Kind kind;
+  DimAxes after;         // the layout it makes
+  int dim = -1;          // the dim gathered, sliced or scattered onto; an all-to-all's destination
+  int from_dim = -1;     // an all-to-all's source
+  std::size_t kept = 0;  // axes the gathered dim (or the all-to-all's source) keeps
+  std::vector<int> reduced;  // the partial axes a reduction sums over, in scatter order
+};
+
 // Emits what turns `from` into `target` dims with no partial sums; returns
 // the new representation. `made`, when given, gets every representation
 // without partial sums made on the way, in order (the result last): the
-// first is the reduction's result when `from` is partial.
+// first is the reduction's result when `from` is partial. `planned`, when
+// given, are the moves cheapest_moves found from `from` (not searched again).
 Rep reshard(ProgramBuilder& builder, const Rep& from, const DimAxes& target, const Shape& global,
-            DType dtype, const ReshardWhy& why, std::vector<Rep>* made = nullptr);
-
-// One step between layouts without partial sums.
-struct LayoutMove {
-  enum class Kind { kAllGather, kAllToAll, kSlice, kPermute };
-  Kind kind;
-  DimAxes after;         // the layout it makes
-  int dim = -1;          // the dim gathered or sliced; an all-to-all's destination
-  int from_dim = -1;     // an all-to-all's source
-  std::size_t kept = 0;  // axes the gathered dim (or the all-to-all's source) keeps
-};
+            DType dtype, const ReshardWhy& why, std::vector<Rep>* made = nullptr,
+            const std::vector<LayoutMove>* planned = nullptr);
 
 // The moves to `to` that cost least (bytes sent plus kCollectiveLatencyBytes
 // per collective), from whichever of `sources` (layouts of the same values)
 // that is cheapest; nullopt when the search is too large for the axes
-// involved (reshard_search.cc).
+// involved (reshard_search.cc). A source with partial sums (`unreduced`
+// axes, all sources alike) is reduced on the way: reduce-scatters onto any
+// dim, in any order of its partial axes, and an all-reduce of what is left,
+// with layout moves before, between or after them. `reduction_shared`
+// (ReshardWhy::reduction_shared) allows only a scatter over every partial
+// axis at once where the target has them, or an all-reduce, before any
+// layout move.
 struct CheapestMoves {
   std::size_t source = 0;  // index into the sources
   std::vector<LayoutMove> moves;
 };
 std::optional<CheapestMoves> cheapest_moves(const Mesh& mesh, const Shape& global, DType dtype,
-                                            const std::vector<DimAxes>& sources, const DimAxes& to);
+                                            const std::vector<DimAxes>& sources, const DimAxes& to,
+                                            const std::vector<int>& unreduced = {},
+                                            bool reduction_shared = false);
 
 // A sharding's axes per dim, without axes of size one: they split nothing
 // (a (4,1,2) mesh's 'fsdp'), so the partitioner never spends a collective

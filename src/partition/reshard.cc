@@ -1,7 +1,10 @@
 // Lowering a reshard to collectives and local slices.
 //
-// From a representation (dims' axes, partial-sum axes) to target dims, in
-// order:
+// From a representation (dims' axes, partial-sum axes) to target dims, by
+// the cheapest sequence of moves (reshard_search.cc): reduce-scatters and
+// an all-reduce of the partial sums, collective-permutes, all-to-alls,
+// all-gathers and local slices. Where the search is too large (5 or more
+// axes), a fixed order instead:
 //  1. partial sums: a reduce-scatter over the partial axes a dim's target
 //     adds next to the axes the dim has (any order, even dims), an
 //     all-reduce over those no dim takes;
@@ -101,8 +104,21 @@ class Resharder {
   Resharder(ProgramBuilder& builder, const Shape& global, DType dtype, const ReshardWhy& why)
       : b_(builder), global_(global), dtype_(dtype), why_(why) {}
 
-  Rep run(Rep rep, const DimAxes& target, std::vector<Rep>* made) {
+  Rep run(Rep rep, const DimAxes& target, std::vector<Rep>* made, const std::vector<LayoutMove>* planned) {
     made_ = made;
+    if (rep.dims == target && rep.unreduced.empty()) return rep;
+    source_dims_ = rep.dims;
+    target_ = &target;
+    std::optional<CheapestMoves> found;
+    if (planned == nullptr && !trial_) {
+      found = cheapest_moves(b_.mesh(), global_, dtype_, {rep.dims}, target, rep.unreduced, why_.reduction_shared);
+    }
+    if (planned != nullptr || found) {
+      for (const LayoutMove& move : planned != nullptr ? *planned : found->moves) rep = apply(rep, move, target);
+      return rep;
+    }
+    // Too many axes to search: the reduction first, then a fixed order of
+    // moves.
     if (!rep.unreduced.empty()) {
       // Scattering over some partial axes and all-reducing the rest sends
       // fewer bytes than one all-reduce, in more collectives: tried both ways.
@@ -111,22 +127,17 @@ class Resharder {
         Resharder trial(b_, global_, dtype_, why_);
         trial.scatter_ = scatter;
         trial.trial_ = true;
-        trial.run(rep, target, nullptr);
+        trial.run(rep, target, nullptr, nullptr);
         const double cost = b_.cost_since(mark);
         b_.rollback(mark);
         return cost;
       };
       if (!trial_) scatter_ = trial_cost(true) <= trial_cost(false);
+      target_ = nullptr;  // the reduction's reasons name the consumer only
       rep = reduce(rep, target);
+      target_ = &target;
+      if (rep.dims == target) return rep;
     }
-    if (rep.dims == target) return rep;
-    source_dims_ = rep.dims;
-    target_ = &target;
-    if (const auto found = cheapest_moves(b_.mesh(), global_, dtype_, {rep.dims}, target)) {
-      for (const LayoutMove& move : found->moves) rep = apply(rep, move, target);
-      return rep;
-    }
-    // Too many axes to search: a fixed order of moves.
     rep = permute(rep, target);
     rep = all_to_all(rep, target);
     rep = unblock(rep, target);
@@ -265,22 +276,32 @@ class Resharder {
         }
       }
       if (dim < 0) break;
-      Rep out = rep;
-      std::vector<int>& axes = out.dims[static_cast<std::size_t>(dim)];
-      axes.insert(axes.end(), scattered.begin(), scattered.end());
-      std::erase_if(out.unreduced, [&](int axis) {
-        return std::find(scattered.begin(), scattered.end(), axis) != scattered.end();
-      });
-      out.slot = slot_for(out.dims);
-      Instruction instruction = step(InstructionKind::kCollective, rep.slot, out.slot, dim);
-      instruction.collective = collective(
-          CollectiveKind::kReduceScatter, scattered, bytes(rep.slot),
-          fmt::format("{}; {} wants it sharded on {}", rep.unreduced_reason, why_.consumer, dim_text(dim)),
-          rep.reduction);
-      emit(std::move(instruction), out);
-      rep = std::move(out);
+      rep = emit_reduce_scatter(rep, dim, scattered);
     }
-    if (rep.unreduced.empty()) return rep;
+    return rep.unreduced.empty() ? rep : emit_all_reduce(rep, target);
+  }
+
+  // A reduce-scatter of partial axes `axes` (in this order) onto the minor
+  // end of `dim`.
+  Rep emit_reduce_scatter(const Rep& rep, int dim, const std::vector<int>& axes) {
+    Rep out = rep;
+    std::vector<int>& dim_axes = out.dims[static_cast<std::size_t>(dim)];
+    dim_axes.insert(dim_axes.end(), axes.begin(), axes.end());
+    std::erase_if(out.unreduced,
+                  [&](int axis) { return std::find(axes.begin(), axes.end(), axis) != axes.end(); });
+    out.slot = slot_for(out.dims);
+    Instruction instruction = step(InstructionKind::kCollective, rep.slot, out.slot, dim);
+    const bool there = target_ == nullptr || starts_with((*target_)[static_cast<std::size_t>(dim)], dim_axes);
+    instruction.collective = collective(CollectiveKind::kReduceScatter, axes, bytes(rep.slot),
+                                        fmt::format("{}; {} wants it sharded on {}{}", rep.unreduced_reason,
+                                                    why_.consumer, dim_text(dim), on_the_way(there)),
+                                        rep.reduction);
+    emit(std::move(instruction), out);
+    return out;
+  }
+
+  // An all-reduce over every partial axis left.
+  Rep emit_all_reduce(const Rep& rep, const DimAxes& target) {
     Rep out = rep;
     out.unreduced.clear();
     out.slot = slot_for(out.dims);
@@ -395,6 +416,8 @@ class Resharder {
         return emit_all_to_all(rep, Move{static_cast<std::size_t>(move.from_dim), move.kept,
                                          static_cast<std::size_t>(move.dim)});
       case LayoutMove::Kind::kSlice: return slice(rep, move.after, move.dim);
+      case LayoutMove::Kind::kReduceScatter: return emit_reduce_scatter(rep, move.dim, move.reduced);
+      case LayoutMove::Kind::kAllReduce: return emit_all_reduce(rep, target);
       case LayoutMove::Kind::kAllGather: break;
     }
     const int dim = move.dim;
@@ -523,12 +546,12 @@ class Resharder {
 }  // namespace
 
 Rep reshard(ProgramBuilder& builder, const Rep& from, const DimAxes& target, const Shape& global,
-            DType dtype, const ReshardWhy& why, std::vector<Rep>* made) {
+            DType dtype, const ReshardWhy& why, std::vector<Rep>* made, const std::vector<LayoutMove>* planned) {
   if (target.size() != from.dims.size()) {
     throw Error(fmt::format("internal: resharding %{} of rank {} to a rank-{} sharding", why.value->name(),
                             from.dims.size(), target.size()));
   }
-  return Resharder(builder, global, dtype, why).run(from, target, made);
+  return Resharder(builder, global, dtype, why).run(from, target, made, planned);
 }
 
 }  // namespace shardflow::partition_detail

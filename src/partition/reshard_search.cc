@@ -1,9 +1,13 @@
-// The cheapest sequence of layout moves between layouts without partial
-// sums: Dijkstra over layouts of the axes they use, each move costing the
-// bytes one device sends in a ring implementation plus a fixed latency per
-// collective. It finds what a fixed order of moves misses, e.g.
+// The cheapest sequence of moves between layouts: Dijkstra over layouts of
+// the axes they use (and the partial-sum axes not yet reduced), each move
+// costing the bytes one device sends in a ring implementation plus a fixed
+// latency per collective. It finds what a fixed order of moves misses, e.g.
 // (('a', 'b'), 'c') -> ('c', 'a'): one collective-permute swapping 'a' and
-// 'c', then a gather of 'b', instead of gathering both dims whole.
+// 'c', then a gather of 'b', instead of gathering both dims whole; or a
+// partial sum over ('a', 'b') on ('x',) wanted as (('a', 'x'),): a
+// reduce-scatter over 'a' (to ('x', 'a')), an all-reduce over 'b' and a
+// permute swapping 'x' and 'a', instead of an all-reduce of the whole
+// buffer and a gather.
 #include <algorithm>
 #include <map>
 #include <queue>
@@ -20,6 +24,9 @@ constexpr std::size_t kMaxLayouts = 4096;
 // one size; with more (7 or more equal axes in one tensor's layouts) the
 // first ones only, so a search stays within milliseconds.
 constexpr std::size_t kMaxRelabellings = 720;
+// Orders of subsets of the partial axes tried as one reduce-scatter: all of
+// them up to 4 partial axes.
+constexpr std::size_t kMaxScatterOrders = 64;
 
 struct Cost {
   double bytes = 0;
@@ -32,13 +39,24 @@ struct Cost {
   Cost operator+(const Cost& other) const { return {bytes + other.bytes, collectives + other.collectives}; }
 };
 
+// A layout on the way: the dims' axes and the partial-sum axes not yet
+// reduced (sorted).
+struct State {
+  DimAxes dims;
+  std::vector<int> unreduced;
+  auto operator<=>(const State&) const = default;
+};
+
 class Search {
  public:
-  Search(const Mesh& mesh, const Shape& global, DType dtype, const std::vector<DimAxes>& sources, const DimAxes& to)
-      : mesh_(mesh), global_(global), element_bytes_(static_cast<int64_t>(element_size(dtype))), target_(to) {
+  Search(const Mesh& mesh, const Shape& global, DType dtype, const std::vector<DimAxes>& sources, const DimAxes& to,
+         const std::vector<int>& unreduced, bool reduction_shared)
+      : mesh_(mesh), global_(global), element_bytes_(static_cast<int64_t>(element_size(dtype))), target_(to),
+        reduction_shared_(reduction_shared) {
     for (const DimAxes& source : sources) {
       for (const std::vector<int>& dim : source) axes_.insert(axes_.end(), dim.begin(), dim.end());
     }
+    axes_.insert(axes_.end(), unreduced.begin(), unreduced.end());
     for (const std::vector<int>& dim : to) {
       axes_.insert(axes_.end(), dim.begin(), dim.end());
       target_axes_.insert(target_axes_.end(), dim.begin(), dim.end());
@@ -55,35 +73,43 @@ class Search {
       }
       if (same_sizes) relabellings_.push_back(image);
     }
+    scatter_orders_ = orders_of_subsets(unreduced);
   }
 
   // Every source starts at cost 0: the path found starts from the one
   // that reaches the target cheapest.
-  std::optional<CheapestMoves> run(const std::vector<DimAxes>& sources) {
-    using Entry = std::pair<Cost, DimAxes>;
+  std::optional<CheapestMoves> run(const std::vector<DimAxes>& sources, const std::vector<int>& unreduced) {
+    using Entry = std::pair<Cost, State>;
     std::priority_queue<Entry, std::vector<Entry>, std::greater<>> frontier;
     for (const DimAxes& source : sources) {
-      best_[source] = {Cost{}, std::nullopt};
-      frontier.push({Cost{}, source});
+      State start{source, unreduced};
+      best_[start] = {Cost{}, std::nullopt};
+      frontier.push({Cost{}, std::move(start)});
     }
+    const State goal{target_, {}};
     while (!frontier.empty()) {
-      const auto [cost, layout] = frontier.top();
+      const auto [cost, state] = frontier.top();
       frontier.pop();
-      if (cost > best_.at(layout).first) continue;
-      if (layout == target_) {
+      if (cost > best_.at(state).first) continue;
+      if (state == goal) {
         CheapestMoves found;
-        DimAxes start = layout;
+        State start = state;
         found.moves = path_to(start);
-        found.source = static_cast<std::size_t>(std::find(sources.begin(), sources.end(), start) - sources.begin());
+        found.source =
+            static_cast<std::size_t>(std::find(sources.begin(), sources.end(), start.dims) - sources.begin());
         return found;
       }
       if (best_.size() > kMaxLayouts) return std::nullopt;
-      for (const auto& [move, step] : moves(layout)) {
+      for (auto& [move, step] : moves(state)) {
         const Cost reached = cost + step;
-        const auto found = best_.find(move.after);
+        State next{move.after, state.unreduced};
+        std::erase_if(next.unreduced, [&](int axis) {
+          return std::find(move.reduced.begin(), move.reduced.end(), axis) != move.reduced.end();
+        });
+        const auto found = best_.find(next);
         if (found != best_.end() && !(reached < found->second.first)) continue;
-        best_[move.after] = {reached, Arrival{layout, move}};
-        frontier.push({reached, move.after});
+        best_[next] = {reached, Arrival{state, std::move(move)}};
+        frontier.push({reached, std::move(next)});
       }
     }
     return std::nullopt;
@@ -91,9 +117,32 @@ class Search {
 
  private:
   struct Arrival {
-    DimAxes before;
+    State before;
     LayoutMove move;
   };
+
+  // Every order of every non-empty subset of `axes`, the longest first (at
+  // most kMaxScatterOrders).
+  static std::vector<std::vector<int>> orders_of_subsets(const std::vector<int>& axes) {
+    std::vector<std::vector<int>> orders;
+    for (std::size_t length = axes.size(); length > 0; --length) {
+      // Subsets of this length by a selection mask, each in every order.
+      std::vector<bool> chosen(axes.size(), false);
+      std::fill(chosen.begin(), chosen.begin() + static_cast<std::ptrdiff_t>(length), true);
+      do {
+        std::vector<int> subset;
+        for (std::size_t i = 0; i < axes.size(); ++i) {
+          if (chosen[i]) subset.push_back(axes[i]);
+        }
+        std::sort(subset.begin(), subset.end());
+        do {
+          if (orders.size() == kMaxScatterOrders) return orders;
+          orders.push_back(subset);
+        } while (std::next_permutation(subset.begin(), subset.end()));
+      } while (std::prev_permutation(chosen.begin(), chosen.end()));
+    }
+    return orders;
+  }
 
   bool even(std::size_t dim, const std::vector<int>& axes) const {
     int64_t tiles = 1;
@@ -122,16 +171,50 @@ class Search {
     });
   }
 
-  std::vector<std::pair<LayoutMove, Cost>> moves(const DimAxes& layout) const {
+  std::vector<std::pair<LayoutMove, Cost>> moves(const State& state) const {
+    const DimAxes& layout = state.dims;
+    const std::vector<int>& unreduced = state.unreduced;
+    // Partial axes cannot split a dim: a device's slice of its partial sum
+    // would drop the parts the others need.
+    const auto taken = [&](int axis) {
+      return uses(layout, axis) || std::find(unreduced.begin(), unreduced.end(), axis) != unreduced.end();
+    };
     std::vector<std::pair<LayoutMove, Cost>> out;
     const double bytes = tile_bytes(layout);
+    if (!unreduced.empty()) {
+      // Reduce-scatters of some partial axes, in any order, onto the minor
+      // end of a dim (even dims only)...
+      for (std::size_t d = 0; d < layout.size(); ++d) {
+        for (const std::vector<int>& order : scatter_orders_) {
+          if ((reduction_shared_ && order.size() != unreduced.size()) ||
+              !std::all_of(order.begin(), order.end(), [&](int axis) {
+                return std::find(unreduced.begin(), unreduced.end(), axis) != unreduced.end();
+              })) {
+            continue;
+          }
+          LayoutMove move{LayoutMove::Kind::kReduceScatter, layout, static_cast<int>(d), -1, 0, order};
+          move.after[d].insert(move.after[d].end(), order.begin(), order.end());
+          if (!even(d, move.after[d]) || (reduction_shared_ && !starts_with(target_[d], move.after[d]))) continue;
+          out.push_back({move, {ring_bytes_sent(CollectiveKind::kReduceScatter, static_cast<double>(group_size(order)),
+                                                bytes), 1}});
+        }
+      }
+      // ... and an all-reduce of all that is left.
+      LayoutMove move{LayoutMove::Kind::kAllReduce, layout, -1, -1, 0, unreduced};
+      out.push_back({move, {ring_bytes_sent(CollectiveKind::kAllReduce, static_cast<double>(group_size(unreduced)),
+                                            bytes), 1}});
+      // A reduction other consumers reuse is made where the sums are, or
+      // scattered where this consumer wants them: a reduced copy moved
+      // first, or scattered on the way, would suit this consumer alone.
+      if (reduction_shared_) return out;
+    }
     for (std::size_t d = 0; d < layout.size(); ++d) {
       const std::vector<int>& have = layout[d];
       // All-gathers of a minor-end suffix (an uneven dim only whole: its
       // shards do not nest).
       for (std::size_t kept = 0; kept < have.size(); ++kept) {
         if (kept > 0 && !even(d, have)) continue;
-        LayoutMove move{LayoutMove::Kind::kAllGather, layout, static_cast<int>(d), -1, kept};
+        LayoutMove move{LayoutMove::Kind::kAllGather, layout, static_cast<int>(d), -1, kept, {}};
         move.after[d].resize(kept);
         const double n = static_cast<double>(group_size({have.begin() + static_cast<std::ptrdiff_t>(kept), have.end()}));
         out.push_back({move, {ring_bytes_sent(CollectiveKind::kAllGather, n, tile_bytes(move.after)), 1}});
@@ -142,7 +225,7 @@ class Search {
         const double n = static_cast<double>(group_size(moving));
         for (std::size_t to = 0; to < layout.size(); ++to) {
           if (to == d) continue;
-          LayoutMove move{LayoutMove::Kind::kAllToAll, layout, static_cast<int>(to), static_cast<int>(d), kept};
+          LayoutMove move{LayoutMove::Kind::kAllToAll, layout, static_cast<int>(to), static_cast<int>(d), kept, {}};
           move.after[d].resize(kept);
           move.after[to].insert(move.after[to].end(), moving.begin(), moving.end());
           if (!even(to, move.after[to])) continue;
@@ -153,11 +236,10 @@ class Search {
       const std::vector<int>& want = target_[d];
       if (have.size() < want.size() && starts_with(want, have)) {
         for (std::size_t length = have.size() + 1; length <= want.size(); ++length) {
-          LayoutMove move{LayoutMove::Kind::kSlice, layout, static_cast<int>(d), -1, 0};
+          LayoutMove move{LayoutMove::Kind::kSlice, layout, static_cast<int>(d), -1, 0, {}};
           move.after[d].assign(want.begin(), want.begin() + static_cast<std::ptrdiff_t>(length));
           if (std::any_of(want.begin() + static_cast<std::ptrdiff_t>(have.size()),
-                          want.begin() + static_cast<std::ptrdiff_t>(length),
-                          [&](int axis) { return uses(layout, axis); })) {
+                          want.begin() + static_cast<std::ptrdiff_t>(length), taken)) {
             break;
           }
           if (!have.empty() && !even(d, move.after[d])) continue;
@@ -168,16 +250,18 @@ class Search {
       // all-to-all or a permute: ['x'] -> [('a', 'x')] slices 'a' after 'x'
       // and swaps them, instead of gathering 'x'.
       for (int axis : target_axes_) {
-        if (uses(layout, axis)) continue;
-        LayoutMove move{LayoutMove::Kind::kSlice, layout, static_cast<int>(d), -1, 0};
+        if (taken(axis)) continue;
+        LayoutMove move{LayoutMove::Kind::kSlice, layout, static_cast<int>(d), -1, 0, {}};
         move.after[d].push_back(axis);
         if (!have.empty() && !even(d, move.after[d])) continue;
         out.push_back({move, {0, 0}});
       }
     }
-    // Collective-permutes: the same tiles, counted by other axes.
+    // Collective-permutes: the same tiles, counted by other axes; of
+    // reduced values only (a partial axis relabelled would sum other parts).
+    if (!unreduced.empty()) return out;
     for (const std::vector<int>& image : relabellings_) {
-      LayoutMove move{LayoutMove::Kind::kPermute, layout, -1, -1, 0};
+      LayoutMove move{LayoutMove::Kind::kPermute, layout, -1, -1, 0, {}};
       for (std::vector<int>& dim : move.after) {
         for (int& axis : dim) axis = image[static_cast<std::size_t>(std::find(axes_.begin(), axes_.end(), axis) - axes_.begin())];
       }
@@ -186,14 +270,14 @@ class Search {
     return out;
   }
 
-  // The moves that reach `layout`; `layout` becomes the source they start at.
-  std::vector<LayoutMove> path_to(DimAxes& layout) const {
+  // The moves that reach `state`; `state` becomes the source they start at.
+  std::vector<LayoutMove> path_to(State& state) const {
     std::vector<LayoutMove> path;
     for (;;) {
-      const std::optional<Arrival>& arrival = best_.at(layout).second;
+      const std::optional<Arrival>& arrival = best_.at(state).second;
       if (!arrival) break;
       path.push_back(arrival->move);
-      layout = arrival->before;
+      state = arrival->before;
     }
     std::reverse(path.begin(), path.end());
     return path;
@@ -203,17 +287,20 @@ class Search {
   const Shape& global_;
   int64_t element_bytes_;
   const DimAxes& target_;
-  std::vector<int> axes_;                     // used by a source or the target, sorted
+  bool reduction_shared_;
+  std::vector<int> axes_;                     // used by a source or the target, or partial; sorted
   std::vector<int> target_axes_;              // used by the target
   std::vector<std::vector<int>> relabellings_;  // images of axes_, sizes kept
-  std::map<DimAxes, std::pair<Cost, std::optional<Arrival>>> best_;
+  std::vector<std::vector<int>> scatter_orders_;  // of the partial axes
+  std::map<State, std::pair<Cost, std::optional<Arrival>>> best_;
 };
 
 }  // namespace
 
 std::optional<CheapestMoves> cheapest_moves(const Mesh& mesh, const Shape& global, DType dtype,
-                                            const std::vector<DimAxes>& sources, const DimAxes& to) {
-  return Search(mesh, global, dtype, sources, to).run(sources);
+                                            const std::vector<DimAxes>& sources, const DimAxes& to,
+                                            const std::vector<int>& unreduced, bool reduction_shared) {
+  return Search(mesh, global, dtype, sources, to, unreduced, reduction_shared).run(sources, unreduced);
 }
 
 }  // namespace shardflow::partition_detail

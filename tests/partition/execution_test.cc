@@ -374,8 +374,9 @@ struct LadderCase {
 // Reshards that used to gather a whole dim (or all-reduce) where a cheaper
 // sequence exists, run against one device, with the collectives they now
 // take (tensors of 64-256 KiB: bytes, not the per-collective latency,
-// decide): the searched sequence of all-to-alls and gathers; partial sums are reduce-scattered over the axes the target
-// adds, in its order, on one dim or several; a partial sum reduced for an
+// decide): the searched sequence of all-to-alls and gathers; partial sums
+// are reduce-scattered over the axes the target adds, in its order, on one
+// dim or several, or onto a dim that then moves; a partial sum reduced for an
 // annotation is reused by a later sum (a partial sum of its shards, not a
 // gather) and by a reshard of the annotation's alias; a reduction is
 // computed in its operand's layout when moving its smaller result costs
@@ -430,7 +431,19 @@ TEST(Execution, ReshardsTakeTheCheaperSequence) {
        {"reduce-scatter over 'b'", "all-reduce over 'a'"}},
       {"all_reduce_when_small", "f32[256]", summed("(None, ('a', 'b'))", "('b',)"), {"all-reduce over 'a', 'b'"}},
       {"scatter_on_two_dims", "f32[256,256]", matmul("('b', 'a')"),
-       {"all-to-all over 'a', 'b'", "reduce-scatter over 'b'", "reduce-scatter over 'a'"}},
+       {"all-to-all over 'a', 'b'", "reduce-scatter over 'a'", "reduce-scatter over 'b'"}},
+      // Partial over 'a' with rows on 'c', wanted on ('b', 'c'): scattered
+      // to ('c', 'a') and relabelled, 256 KiB with the latencies. Before
+      // partial sums were searched: %a's 128 KiB tile permuted to
+      // ('b', 'c') and the sum all-reduced, 320 KiB.
+      {"scatter_then_permute", "f32[256,256]",
+       "  %v = aten::reshape(%x, [256, 256, 1]) : f32[256,256,1]\n"
+       "  %w = aten::expand(%v, [256, 256, 4]) : f32[256,256,4]\n"
+       "  %a = " + annotate("w", "('c', None, 'a')", "f32[256,256,4]", mesh) + "\n"
+       "  %s = aten::sum.dim_IntList(%a, [2]) : f32[256,256]\n"
+       "  %b = " + annotate("s", "(('b', 'c'), None)", "f32[256,256]", mesh) + "\n"
+       "  %r = aten::exp(%b) : f32[256,256]\n  return %r\n",
+       {"reduce-scatter over 'a' (128 KiB/device)", "collective-permute over 'a', 'b', 'c' (64 KiB/device)"}},
       // Summed where %a is, then the 16x smaller result moves by two
       // all-to-alls, where gathering %a to the result's layout moves 384 KiB.
       {"reduction_in_operands_layout", "f32[256,16]",
