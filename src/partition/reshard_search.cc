@@ -1,4 +1,4 @@
-// The cheapest sequence of moves between layouts: Dijkstra over layouts of
+// The cheapest sequence of moves between layouts: A* over layouts of
 // the axes they use (and the partial-sum axes not yet reduced), each move
 // costing the bytes one device sends in a ring implementation plus a fixed
 // latency per collective. It finds what a fixed order of moves misses, e.g.
@@ -77,20 +77,27 @@ class Search {
   }
 
   // Every source starts at cost 0: the path found starts from the one
-  // that reaches the target cheapest.
+  // that reaches the target cheapest. A* with at least one collective
+  // still to go from a layout slices alone cannot finish: consistent, since
+  // a slice never brings a layout nearer to that.
   std::optional<CheapestMoves> run(const std::vector<DimAxes>& sources, const std::vector<int>& unreduced) {
-    using Entry = std::pair<Cost, State>;
+    struct Entry {
+      Cost estimate, cost;  // the path's cost plus the bound of what is left; the path's cost
+      State state;
+      bool operator>(const Entry& other) const { return other.estimate < estimate; }
+    };
     std::priority_queue<Entry, std::vector<Entry>, std::greater<>> frontier;
     for (const DimAxes& source : sources) {
       State start{source, unreduced};
       best_[start] = {Cost{}, std::nullopt};
-      frontier.push({Cost{}, std::move(start)});
+      frontier.push({still_to_go(start), Cost{}, std::move(start)});
     }
     const State goal{target_, {}};
     while (!frontier.empty()) {
-      const auto [cost, state] = frontier.top();
+      const Entry entry = frontier.top();
       frontier.pop();
-      if (cost > best_.at(state).first) continue;
+      const State& state = entry.state;
+      if (entry.cost > best_.at(state).first) continue;
       if (state == goal) {
         CheapestMoves found;
         State start = state;
@@ -101,7 +108,7 @@ class Search {
       }
       if (best_.size() > kMaxLayouts) return std::nullopt;
       for (auto& [move, step] : moves(state)) {
-        const Cost reached = cost + step;
+        const Cost reached = entry.cost + step;
         State next{move.after, state.unreduced};
         std::erase_if(next.unreduced, [&](int axis) {
           return std::find(move.reduced.begin(), move.reduced.end(), axis) != move.reduced.end();
@@ -109,7 +116,8 @@ class Search {
         const auto found = best_.find(next);
         if (found != best_.end() && !(reached < found->second.first)) continue;
         best_[next] = {reached, Arrival{state, std::move(move)}};
-        frontier.push({reached, std::move(next)});
+        const Cost estimate = reached + still_to_go(next);
+        frontier.push({estimate, reached, std::move(next)});
       }
     }
     return std::nullopt;
@@ -120,6 +128,15 @@ class Search {
     State before;
     LayoutMove move;
   };
+
+  // A lower bound on the cost from `state` to the target: one collective
+  // unless slices alone get there (no partial sums left, every dim's axes a
+  // prefix of the target's).
+  Cost still_to_go(const State& state) const {
+    bool slices_reach = state.unreduced.empty();
+    for (std::size_t d = 0; d < target_.size() && slices_reach; ++d) slices_reach = starts_with(target_[d], state.dims[d]);
+    return {0, slices_reach ? 0 : 1};
+  }
 
   // Every order of every non-empty subset of `axes`, the longest first (at
   // most kMaxScatterOrders).
