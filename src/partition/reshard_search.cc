@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <map>
 #include <queue>
+#include <set>
 
 #include "partitioner.h"
 
@@ -19,7 +20,7 @@ namespace shardflow::partition_detail {
 namespace {
 
 // Beyond this many layouts the caller falls back to its fixed ladder.
-constexpr std::size_t kMaxLayouts = 4096;
+constexpr std::size_t kMaxLayouts = 8192;
 // Relabellings tried as collective-permutes: all of them up to 6 axes of
 // one size; with more (7 or more equal axes in one tensor's layouts) the
 // first ones only, so a search stays within milliseconds.
@@ -66,7 +67,11 @@ class Search {
     // Relabellings of the involved axes that keep every axis's size: the
     // collective-permutes worth trying.
     std::vector<int> image = axes_;
-    while (relabellings_.size() < kMaxRelabellings && std::next_permutation(image.begin(), image.end())) {
+    while (std::next_permutation(image.begin(), image.end())) {
+      if (relabellings_.size() == kMaxRelabellings) {
+        relabellings_complete_ = false;
+        break;
+      }
       bool same_sizes = true;
       for (std::size_t i = 0; i < axes_.size(); ++i) {
         same_sizes = same_sizes && mesh_.axis_size(axes_[i]) == mesh_.axis_size(image[i]);
@@ -107,7 +112,8 @@ class Search {
         return found;
       }
       if (best_.size() > kMaxLayouts) return std::nullopt;
-      for (auto& [move, step] : moves(state)) {
+      const std::optional<Arrival>& arrival = best_.at(state).second;
+      for (auto& [move, step] : moves(state, arrival && arrival->move.kind == LayoutMove::Kind::kPermute)) {
         const Cost reached = entry.cost + step;
         State next{move.after, state.unreduced};
         std::erase_if(next.unreduced, [&](int axis) {
@@ -188,7 +194,7 @@ class Search {
     });
   }
 
-  std::vector<std::pair<LayoutMove, Cost>> moves(const State& state) const {
+  std::vector<std::pair<LayoutMove, Cost>> moves(const State& state, bool after_permute) const {
     const DimAxes& layout = state.dims;
     const std::vector<int>& unreduced = state.unreduced;
     // Partial axes cannot split a dim: a device's slice of its partial sum
@@ -276,13 +282,17 @@ class Search {
     }
     // Collective-permutes: the same tiles, counted by other axes; of
     // reduced values only (a partial axis relabelled would sum other parts).
-    if (!unreduced.empty()) return out;
+    // After a permute, none: one permute makes any two's layout, for less
+    // (while every relabelling is tried). Relabellings that differ only on
+    // axes the layout does not use give the same layout: one move each.
+    if (!unreduced.empty() || (after_permute && relabellings_complete_)) return out;
+    std::set<DimAxes> permuted;
     for (const std::vector<int>& image : relabellings_) {
       LayoutMove move{LayoutMove::Kind::kPermute, layout, -1, -1, 0, {}};
       for (std::vector<int>& dim : move.after) {
         for (int& axis : dim) axis = image[static_cast<std::size_t>(std::find(axes_.begin(), axes_.end(), axis) - axes_.begin())];
       }
-      if (move.after != layout) out.push_back({move, {bytes, 1}});  // each device sends its tile
+      if (move.after != layout && permuted.insert(move.after).second) out.push_back({move, {bytes, 1}});  // each device sends its tile
     }
     return out;
   }
@@ -308,6 +318,7 @@ class Search {
   std::vector<int> axes_;                     // used by a source or the target, or partial; sorted
   std::vector<int> target_axes_;              // used by the target
   std::vector<std::vector<int>> relabellings_;  // images of axes_, sizes kept
+  bool relabellings_complete_ = true;           // all of them, not the first kMaxRelabellings
   std::vector<std::vector<int>> scatter_orders_;  // of the partial axes
   std::map<State, std::pair<Cost, std::optional<Arrival>>> best_;
 };
