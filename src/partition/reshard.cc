@@ -3,8 +3,8 @@
 // From a representation (dims' axes, partial-sum axes) to target dims, by
 // the cheapest sequence of moves (reshard_search.cc): reduce-scatters and
 // an all-reduce of the partial sums, collective-permutes, all-to-alls,
-// all-gathers and local slices. Where the search is too large (5 or more
-// axes), a fixed order instead:
+// all-gathers and local slices. Where the search is too large (more than
+// 8,192 layouts, seen only with 5 or more axes), a fixed order instead:
 //  1. partial sums: a reduce-scatter over the partial axes a dim's target
 //     adds next to the axes the dim has (any order, even dims), an
 //     all-reduce over those no dim takes;
