@@ -82,9 +82,9 @@ class Search {
   }
 
   // Every source starts at cost 0: the path found starts from the one
-  // that reaches the target cheapest. A* with at least one collective
-  // still to go from a layout slices alone cannot finish: consistent, since
-  // a slice never brings a layout nearer to that.
+  // that reaches the target cheapest. A*: a layout from which slices alone
+  // cannot reach the target is at least one collective away (a consistent
+  // bound: no slice makes a layout slice-reachable that was not).
   std::optional<CheapestMoves> run(const std::vector<DimAxes>& sources, const std::vector<int>& unreduced) {
     struct Entry {
       Cost estimate, cost;  // the path's cost plus the bound of what is left; the path's cost
