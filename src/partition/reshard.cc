@@ -133,9 +133,7 @@ class Resharder {
         return cost;
       };
       if (!trial_) scatter_ = trial_cost(true) <= trial_cost(false);
-      target_ = nullptr;  // the reduction's reasons name the consumer only
       rep = reduce(rep, target);
-      target_ = &target;
       if (rep.dims == target) return rep;
     }
     rep = permute(rep, target);

@@ -102,7 +102,8 @@ class Search {
       const Entry entry = frontier.top();
       frontier.pop();
       const State& state = entry.state;
-      if (entry.cost > best_.at(state).first) continue;
+      const auto& [best_cost, arrival] = best_.at(state);
+      if (entry.cost > best_cost) continue;
       if (state == goal) {
         CheapestMoves found;
         State start = state;
@@ -112,7 +113,6 @@ class Search {
         return found;
       }
       if (best_.size() > kMaxLayouts) return std::nullopt;
-      const std::optional<Arrival>& arrival = best_.at(state).second;
       for (auto& [move, step] : moves(state, arrival && arrival->move.kind == LayoutMove::Kind::kPermute)) {
         const Cost reached = entry.cost + step;
         State next{move.after, state.unreduced};
@@ -197,24 +197,24 @@ class Search {
   std::vector<std::pair<LayoutMove, Cost>> moves(const State& state, bool after_permute) const {
     const DimAxes& layout = state.dims;
     const std::vector<int>& unreduced = state.unreduced;
+    const auto partial = [&](int axis) { return std::find(unreduced.begin(), unreduced.end(), axis) != unreduced.end(); };
     // Partial axes cannot split a dim: a device's slice of its partial sum
     // would drop the parts the others need.
-    const auto taken = [&](int axis) {
-      return uses(layout, axis) || std::find(unreduced.begin(), unreduced.end(), axis) != unreduced.end();
-    };
+    const auto taken = [&](int axis) { return uses(layout, axis) || partial(axis); };
     std::vector<std::pair<LayoutMove, Cost>> out;
     const double bytes = tile_bytes(layout);
     if (!unreduced.empty()) {
       // Reduce-scatters of some partial axes, in any order, onto the minor
       // end of a dim (even dims only)...
+      std::vector<const std::vector<int>*> orders;
+      for (const std::vector<int>& order : scatter_orders_) {
+        if ((!reduction_shared_ || order.size() == unreduced.size()) && std::all_of(order.begin(), order.end(), partial)) {
+          orders.push_back(&order);
+        }
+      }
       for (std::size_t d = 0; d < layout.size(); ++d) {
-        for (const std::vector<int>& order : scatter_orders_) {
-          if ((reduction_shared_ && order.size() != unreduced.size()) ||
-              !std::all_of(order.begin(), order.end(), [&](int axis) {
-                return std::find(unreduced.begin(), unreduced.end(), axis) != unreduced.end();
-              })) {
-            continue;
-          }
+        for (const std::vector<int>* scattered : orders) {
+          const std::vector<int>& order = *scattered;
           LayoutMove move{LayoutMove::Kind::kReduceScatter, layout, static_cast<int>(d), -1, 0, order};
           move.after[d].insert(move.after[d].end(), order.begin(), order.end());
           if (!even(d, move.after[d]) || (reduction_shared_ && !starts_with(target_[d], move.after[d]))) continue;
