@@ -16,6 +16,7 @@
 //     local shapes); a sharded contraction leaves a partial sum over its axes.
 // Graph outputs are reduced and laid out as propagation said.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -129,6 +130,7 @@ class Partitioner {
     why.consumer = std::move(consumer);
     why.origin = [this, value](int dim) { return origin_text(value, dim); };
     why.reduction_shared = reduction_shared(value, target);
+    if (!rep.unreduced.empty() && why.reduction_shared && !reduced_.contains(root)) reduce_for_all_uses(value, rep, target, why);
     // A partial sum already reduced for another consumer is not reduced
     // again: it is moved from a layout made of the reduction's result, so
     // every consumer sees the same sums.
@@ -155,6 +157,122 @@ class Partitioner {
     if (!source->unreduced.empty() && !made.empty()) reduced_.emplace(root, made.front());
     for (const Rep& layout : made) layouts_.emplace(std::make_pair(root, layout.dims), layout);
     return result;
+  }
+
+  // The layouts a value's uses are expected to want: an annotation's or a
+  // graph output's own, and for any other op the value's propagated layout
+  // (ops are computed there unless moving their results costs less).
+  std::vector<DimAxes> expected_targets(const Value* value) const {
+    std::vector<DimAxes> targets;
+    const auto add = [&](DimAxes dims) {
+      if (std::find(targets.begin(), targets.end(), dims) == targets.end()) targets.push_back(std::move(dims));
+    };
+    const DimAxes propagated = effective_axes(mesh_, shardings_.sharding(value));
+    if (returned_.contains(value)) add(propagated);
+    if (const auto found = users_.find(value); found != users_.end()) {
+      for (const Node* user : found->second) {
+        add(user->op().full_name() == ops::kMarkShardingOp ? effective_axes(mesh_, shardings_.sharding(user->output()))
+                                                           : propagated);
+      }
+    }
+    return targets;
+  }
+
+  // "the annotation at %c, %q aten::neg": the uses of `value` other than
+  // `consumer`, as collective reasons name them.
+  std::string other_uses_text(const Value* value, const std::string& consumer) const {
+    std::vector<std::string> uses;
+    const auto add = [&](std::string use) {
+      if (use != consumer && std::find(uses.begin(), uses.end(), use) == uses.end()) uses.push_back(std::move(use));
+    };
+    if (const auto found = users_.find(value); found != users_.end()) {
+      for (const Node* user : found->second) {
+        add(user->op().full_name() == ops::kMarkShardingOp ? fmt::format("the annotation at %{}", user->output()->name())
+                                                           : node_text(*user));
+      }
+    }
+    for (std::size_t i = 0; i < graph_.outputs().size(); ++i) {
+      if (graph_.outputs()[i] == value) add(fmt::format("output {}", i));
+    }
+    return fmt::format("{}", fmt::join(uses, ", "));
+  }
+
+  // The moves of `moves` up to the one that leaves no partial sums.
+  static std::vector<partition_detail::LayoutMove> reduction_prefix(const std::vector<partition_detail::LayoutMove>& moves,
+                                                                    std::size_t partial_axes) {
+    std::vector<partition_detail::LayoutMove> prefix;
+    std::size_t reduced = 0;
+    for (const partition_detail::LayoutMove& move : moves) {
+      prefix.push_back(move);
+      reduced += move.reduced.size();
+      if (reduced == partial_axes) break;
+    }
+    return prefix;
+  }
+
+  // Emits the reduction of a partial sum that several uses share, into the
+  // layout from which all of them together are reached for least: the
+  // candidates are the reductions on the cheapest ways to each use's
+  // expected layout, searched freely and with a scatter over all partial
+  // axes only (ReshardWhy::reduction_shared); each is tried with every use's
+  // move after it and rolled back. The reduction's result and the layouts
+  // made on the way are recorded, so each use starts from them. Nothing is
+  // emitted when the search gives up (too many axes): the fallback's rule
+  // then holds.
+  void reduce_for_all_uses(const Value* value, const Rep& rep, const DimAxes& target, const ReshardWhy& why) {
+    using partition_detail::cheapest_moves;
+    using partition_detail::LayoutMove;
+    const TensorType& type = value->type();
+    std::vector<DimAxes> targets{target};
+    for (DimAxes& t : expected_targets(value)) {
+      if (t != target) targets.push_back(std::move(t));
+    }
+    std::vector<std::vector<LayoutMove>> candidates;
+    for (const bool shared : {true, false}) {
+      for (const DimAxes& t : targets) {
+        const auto found = cheapest_moves(mesh_, type.shape, type.dtype, {rep.dims}, t, rep.unreduced, shared);
+        if (!found) continue;
+        std::vector<LayoutMove> prefix = reduction_prefix(found->moves, rep.unreduced.size());
+        if (std::find(candidates.begin(), candidates.end(), prefix) == candidates.end()) {
+          candidates.push_back(std::move(prefix));
+        }
+      }
+    }
+    if (candidates.empty()) return;
+    const auto emit_reduction = [&](const std::vector<LayoutMove>& prefix, std::vector<Rep>& made) {
+      partition_detail::reshard(builder_, rep, prefix.back().after, type.shape, type.dtype, why, &made, &prefix);
+    };
+    std::size_t best = 0;
+    if (candidates.size() > 1) {
+      double least = std::numeric_limits<double>::infinity();
+      for (std::size_t c = 0; c < candidates.size(); ++c) {
+        const ProgramBuilder::Mark mark = builder_.mark();
+        std::vector<Rep> made;
+        emit_reduction(candidates[c], made);
+        for (const DimAxes& t : targets) {
+          std::vector<DimAxes> layouts;
+          for (const Rep& layout : made) layouts.push_back(layout.dims);
+          const auto found = cheapest_moves(mesh_, type.shape, type.dtype, layouts, t);
+          const Rep& from = found ? made[found->source] : made.front();
+          partition_detail::reshard(builder_, from, t, type.shape, type.dtype, why, &made,
+                                    found ? &found->moves : nullptr);
+        }
+        const double cost = builder_.cost_since(mark);
+        builder_.rollback(mark);
+        if (cost < least) {
+          least = cost;
+          best = c;
+        }
+      }
+    }
+    std::vector<Rep> made;
+    ReshardWhy shared_why = why;
+    shared_why.consumer = fmt::format("{} (and {}, sharing the reduction)", why.consumer, other_uses_text(value, why.consumer));
+    partition_detail::reshard(builder_, rep, candidates[best].back().after, type.shape, type.dtype, shared_why, &made,
+                              &candidates[best]);
+    const Value* root = alias_root(value);
+    reduced_.emplace(root, made.front());
+    for (const Rep& layout : made) layouts_.emplace(std::make_pair(root, layout.dims), layout);
   }
 
   void lower_annotation(const Node& node) {

@@ -96,6 +96,7 @@ struct LayoutMove {
   int from_dim = -1;     // an all-to-all's source
   std::size_t kept = 0;  // axes the gathered dim (or the all-to-all's source) keeps
   std::vector<int> reduced;  // the partial axes a reduction sums over, in scatter order
+  bool operator==(const LayoutMove&) const = default;
 };
 
 // Emits what turns `from` into `target` dims with no partial sums; returns

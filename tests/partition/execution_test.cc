@@ -338,7 +338,9 @@ TEST(Execution, PartialSumWithTwoConsumersIsReducedOnce) {
   };
   const Case cases[] = {
       {8, "(None, None)", "('model', None)", {"all-reduce"}},
-      {8, "('model', None)", "(None, None)", {"reduce-scatter", "all-gather"}},
+      // One all-reduce, then a slice: a reduce-scatter and an all-gather
+      // would send as much in one more collective.
+      {8, "('model', None)", "(None, None)", {"all-reduce"}},
       // 7 rows do not split evenly: all-reduced, then sliced; the second
       // consumer takes the all-reduce's result, not the slice.
       {7, "('model', None)", "(None, None)", {"all-reduce"}},
@@ -358,6 +360,56 @@ TEST(Execution, PartialSumWithTwoConsumersIsReducedOnce) {
     ASSERT_EQ(collectives.size(), c.collectives.size()) << testing::PrintToString(collectives);
     for (std::size_t k = 0; k < collectives.size(); ++k) {
       EXPECT_EQ(collectives[k].rfind(c.collectives[k] + " ", 0), 0u) << collectives[k];
+    }
+  }
+}
+
+// A partial sum with two uses is reduced where both are reached for least,
+// not where the first one alone is: each case has the other's answer as
+// the first use's cheapest way on its own.
+TEST(Execution, SharedPartialSumIsReducedForAllItsUses) {
+  struct Case {
+    std::string name;
+    int devices;
+    std::string mesh, input_type;
+    sf::Shape input_shape;
+    std::string input_spec, sum_type, reduce, first, second;
+    std::vector<std::string> collectives;  // prefixes of their descriptions, in order
+  };
+  const std::string mesh8 = R"M([0, 1, 2, 3, 4, 5, 6, 7], "(2, 2, 2)", "('a', 'b', 'c')")M";
+  const std::string mesh16 =
+      R"M([0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15], "(2, 2, 4)", "('a', 'b', 'c')")M";
+  const Case cases[] = {
+      // Sliced over 'b' before the all-reduce, which then sums half as
+      // much; both uses start from that slice. For the first alone, the
+      // all-reduce of the whole tile has one collective less on the way.
+      {"slice_before_reduction", 8, mesh8, "f32[256,256,4]", {256, 256, 4}, "(None, 'c', 'a')", "f32[256,256]",
+       "aten::sum.dim_IntList(%a, [2])", "(None, ('a', 'b'))", "('a', ('c', 'b'))",
+       {"all-reduce over 'a' (64 KiB/device)", "collective-permute over 'a', 'b', 'c' (64 KiB/device)"}},
+      // The max over 'b' is all-reduced where 'a' still splits the rows,
+      // then gathered over 'a' for the first use: the second slices the
+      // reduced tile. For the first alone, gathering over 'a' first and
+      // all-reducing the gathered rows would do, but the second would then
+      // need a third collective.
+      {"reduce_before_gather", 16, mesh16, "f32[12,4]", {12, 4}, "('a', 'b')", "f32[12]", "aten::amax(%a, [1])", "('c',)",
+       "(('a', 'c'),)", {"all-reduce (max) over 'b' (24 B/device)", "all-gather over 'a' (48 B/device)"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    sf::Runtime runtime = sf::Runtime::local(c.devices);
+    const std::string text = "func @f(%x: " + c.input_type + ") -> (" + c.sum_type + ", " + c.sum_type + ") {\n"
+                             "  %a = " + annotate("x", c.input_spec, c.input_type, c.mesh) + "\n"
+                             "  %s = " + c.reduce + " : " + c.sum_type + "\n"
+                             "  %b = " + annotate("s", c.first, c.sum_type, c.mesh) + "\n"
+                             "  %r = aten::exp(%b) : " + c.sum_type + "\n"
+                             "  %c = " + annotate("s", c.second, c.sum_type, c.mesh) + "\n"
+                             "  %q = aten::sin(%c) : " + c.sum_type + "\n"
+                             "  return %r, %q\n}\n";
+    std::vector<std::string> collectives;
+    expect_same(text, runtime, {sf::randn(c.input_shape, 1)}, &collectives);
+    ASSERT_EQ(collectives.size(), c.collectives.size()) << testing::PrintToString(collectives);
+    for (std::size_t k = 0; k < collectives.size(); ++k) {
+      EXPECT_EQ(collectives[k].rfind(c.collectives[k], 0), 0u) << collectives[k];
     }
   }
 }
