@@ -130,23 +130,18 @@ class Partitioner {
     why.consumer = std::move(consumer);
     why.origin = [this, value](int dim) { return origin_text(value, dim); };
     why.reduction_shared = reduction_shared(value, target);
-    if (!rep.unreduced.empty() && why.reduction_shared && !reduced_.contains(root)) reduce_for_all_uses(value, rep, target, why);
+    if (!rep.unreduced.empty() && why.reduction_shared && !reduced_.contains(root)) {
+      reduce_for_all_uses(value, rep, target, why);
+    }
     // A partial sum already reduced for another consumer is not reduced
     // again: it is moved from a layout made of the reduction's result, so
     // every consumer sees the same sums.
     const Rep* source = &rep;
-    std::optional<partition_detail::CheapestMoves> found;
+    std::optional<MovesFrom> found;
     if (rep.unreduced.empty() || reduced_.contains(root)) {
-      std::vector<const Rep*> made_before;
-      std::vector<DimAxes> layouts;
-      for (auto it = layouts_.lower_bound({root, DimAxes{}}); it != layouts_.end() && it->first.first == root; ++it) {
-        made_before.push_back(&it->second);
-        layouts.push_back(it->second.dims);
-      }
-      const TensorType& type = value->type();
-      found = partition_detail::cheapest_moves(mesh_, type.shape, type.dtype, layouts, target);
+      found = cheapest_from_made(root, nullptr, target, value->type());
       if (found) {
-        source = made_before[found->source];
+        source = found->source;
       } else if (!rep.unreduced.empty()) {
         source = &reduced_.at(root);  // too many axes to search: the first reduced copy
       }
@@ -159,25 +154,6 @@ class Partitioner {
     return result;
   }
 
-  // The layouts a value's uses are expected to want: an annotation's or a
-  // graph output's own, and for any other op the value's propagated layout
-  // (ops are computed there unless moving their results costs less).
-  std::vector<DimAxes> expected_targets(const Value* value) const {
-    std::vector<DimAxes> targets;
-    const auto add = [&](DimAxes dims) {
-      if (std::find(targets.begin(), targets.end(), dims) == targets.end()) targets.push_back(std::move(dims));
-    };
-    const DimAxes propagated = effective_axes(mesh_, shardings_.sharding(value));
-    if (returned_.contains(value)) add(propagated);
-    if (const auto found = users_.find(value); found != users_.end()) {
-      for (const Node* user : found->second) {
-        add(user->op().full_name() == ops::kMarkShardingOp ? effective_axes(mesh_, shardings_.sharding(user->output()))
-                                                           : propagated);
-      }
-    }
-    return targets;
-  }
-
   // "the annotation at %c, %q aten::neg": the uses of `value` other than
   // `consumer`, as collective reasons name them.
   std::string other_uses_text(const Value* value, const std::string& consumer) const {
@@ -185,21 +161,28 @@ class Partitioner {
     const auto add = [&](std::string use) {
       if (use != consumer && std::find(uses.begin(), uses.end(), use) == uses.end()) uses.push_back(std::move(use));
     };
-    if (const auto found = users_.find(value); found != users_.end()) {
-      for (const Node* user : found->second) {
-        add(user->op().full_name() == ops::kMarkShardingOp ? fmt::format("the annotation at %{}", user->output()->name())
-                                                           : node_text(*user));
-      }
-    }
+    for (const Node* user : users_of(value)) add(use_text(*user));
     for (std::size_t i = 0; i < graph_.outputs().size(); ++i) {
       if (graph_.outputs()[i] == value) add(fmt::format("output {}", i));
     }
     return fmt::format("{}", fmt::join(uses, ", "));
   }
 
+  std::string use_text(const Node& user) const {
+    return user.op().full_name() == ops::kMarkShardingOp
+               ? fmt::format("the annotation at %{}", user.output()->name())
+                                                         : node_text(user);
+  }
+
+  const std::vector<const Node*>& users_of(const Value* value) const {
+    static const std::vector<const Node*> none;
+    const auto found = users_.find(value);
+    return found == users_.end() ? none : found->second;
+  }
+
   // The moves of `moves` up to the one that leaves no partial sums.
-  static std::vector<partition_detail::LayoutMove> reduction_prefix(const std::vector<partition_detail::LayoutMove>& moves,
-                                                                    std::size_t partial_axes) {
+  static std::vector<partition_detail::LayoutMove> reduction_prefix(
+      const std::vector<partition_detail::LayoutMove>& moves, std::size_t partial_axes) {
     std::vector<partition_detail::LayoutMove> prefix;
     std::size_t reduced = 0;
     for (const partition_detail::LayoutMove& move : moves) {
@@ -210,26 +193,67 @@ class Partitioner {
     return prefix;
   }
 
+  // What op use `user` of `value` costs with `value` as `reduced`: the plan
+  // lower_op would choose and its moves (plan_cost); nullopt while another
+  // operand is not lowered yet.
+  std::optional<double> use_cost(const Node& user, const Value* value, const Rep& reduced) {
+    std::vector<const Rep*> current;
+    for (const Value* operand : user.inputs()) {
+      const auto found = reps_.find(operand);
+      if (operand != value && found == reps_.end()) return std::nullopt;
+      current.push_back(operand == value ? &reduced : &found->second);
+    }
+    const OpPlanInputs inputs = plan_inputs(user);
+    const bool partials_kept = partials_stay(user, current);
+    for (std::size_t o = 0; o < current.size(); ++o) {
+      if (current[o]->unreduced.empty() || partials_kept) continue;
+      if (const auto copy = reduced_.find(user.inputs()[o]); copy != reduced_.end()) current[o] = &copy->second;
+    }
+    double cost = 0;
+    chosen_factors(user, inputs, current, partials_kept, OperandMoves::kFromMadeLayouts, &cost);
+    return cost;
+  }
+
   // Emits the reduction of a partial sum that several uses share, into the
-  // layout from which all of them together are reached for least: the
-  // candidates are the reductions on the cheapest ways to each use's
-  // expected layout, searched freely and with a scatter over all partial
-  // axes only (ReshardWhy::reduction_shared); each is tried with every use's
-  // move after it and rolled back. The reduction's result and the layouts
-  // made on the way are recorded, so each use starts from them. Nothing is
-  // emitted when the search gives up (too many axes): the fallback's rule
-  // then holds.
+  // layout from which all of them together are reached for least.
+  // Candidates: the reductions on the cheapest ways to each use's layout
+  // (an annotation's or output's own; for another op, the value's
+  // propagated layout), searched freely and with a scatter over all
+  // partial axes only (ReshardWhy::reduction_shared). Each is emitted with
+  // every use after it, costed and rolled back: an annotation or output by
+  // its move, an op by the plan lower_op would choose (which may compute it
+  // in the reduced layout and move its smaller result instead). The
+  // reduction's result and the layouts made on the way are recorded, so
+  // each use starts from them. Nothing is emitted when the search gives up
+  // (too many axes): the fallback's rule then holds.
   void reduce_for_all_uses(const Value* value, const Rep& rep, const DimAxes& target, const ReshardWhy& why) {
     using partition_detail::cheapest_moves;
     using partition_detail::LayoutMove;
     const TensorType& type = value->type();
+    const DimAxes propagated = effective_axes(mesh_, shardings_.sharding(value));
+    const Value* root = alias_root(value);
+    // Layouts uses want (the consumer's first), and the op uses costed by
+    // their plan.
     std::vector<DimAxes> targets{target};
-    for (DimAxes& t : expected_targets(value)) {
-      if (t != target) targets.push_back(std::move(t));
+    std::vector<const Node*> op_uses;
+    const auto add_target = [&](DimAxes dims) {
+      if (std::find(targets.begin(), targets.end(), dims) == targets.end()) targets.push_back(std::move(dims));
+    };
+    if (returned_.contains(value)) add_target(propagated);
+    for (const Node* user : users_of(value)) {
+      if (use_text(*user) == why.consumer) continue;
+      if (user->op().full_name() == ops::kMarkShardingOp) {
+        add_target(effective_axes(mesh_, shardings_.sharding(user->output())));
+      } else {
+        op_uses.push_back(user);
+      }
     }
+    std::vector<DimAxes> seeds = targets;
+    if (!op_uses.empty() && std::find(seeds.begin(), seeds.end(), propagated) == seeds.end()) seeds.push_back(propagated);
+
     std::vector<std::vector<LayoutMove>> candidates;
     for (const bool shared : {true, false}) {
-      for (const DimAxes& t : targets) {
+      for (const DimAxes& t : seeds) {
         const auto found = cheapest_moves(mesh_, type.shape, type.dtype, {rep.dims}, t, rep.unreduced, shared);
         if (!found) continue;
         std::vector<LayoutMove> prefix = reduction_prefix(found->moves, rep.unreduced.size());
@@ -239,8 +263,11 @@ class Partitioner {
       }
     }
     if (candidates.empty()) return;
+    ReshardWhy shared_why = why;
+    shared_why.consumer =
+        fmt::format("{} (and {}, sharing the reduction)", why.consumer, other_uses_text(value, why.consumer));
     const auto emit_reduction = [&](const std::vector<LayoutMove>& prefix, std::vector<Rep>& made) {
-      partition_detail::reshard(builder_, rep, prefix.back().after, type.shape, type.dtype, why, &made, &prefix);
+      partition_detail::reshard(builder_, rep, prefix.back().after, type.shape, type.dtype, shared_why, &made, &prefix);
     };
     std::size_t best = 0;
     if (candidates.size() > 1) {
@@ -249,15 +276,32 @@ class Partitioner {
         const ProgramBuilder::Mark mark = builder_.mark();
         std::vector<Rep> made;
         emit_reduction(candidates[c], made);
-        for (const DimAxes& t : targets) {
+        const auto move_to = [&](const DimAxes& t) {
           std::vector<DimAxes> layouts;
           for (const Rep& layout : made) layouts.push_back(layout.dims);
           const auto found = cheapest_moves(mesh_, type.shape, type.dtype, layouts, t);
           const Rep& from = found ? made[found->source] : made.front();
           partition_detail::reshard(builder_, from, t, type.shape, type.dtype, why, &made,
                                     found ? &found->moves : nullptr);
+        };
+        for (const DimAxes& t : targets) move_to(t);
+        // Op uses find the layouts made so far, as they will when lowered.
+        std::vector<std::pair<const Value*, DimAxes>> added;
+        for (const Rep& layout : made) {
+          if (layouts_.emplace(std::make_pair(root, layout.dims), layout).second) added.emplace_back(root, layout.dims);
         }
-        const double cost = builder_.cost_since(mark);
+        double cost = 0;
+        bool moved_to_propagated = false;
+        for (const Node* user : op_uses) {
+          if (const std::optional<double> use = use_cost(*user, value, made.front())) {
+            cost += *use;
+          } else if (!moved_to_propagated && std::find(targets.begin(), targets.end(), propagated) == targets.end()) {
+            move_to(propagated);
+            moved_to_propagated = true;
+          }
+        }
+        for (const auto& key : added) layouts_.erase(key);
+        cost += builder_.cost_since(mark);
         builder_.rollback(mark);
         if (cost < least) {
           least = cost;
@@ -266,13 +310,33 @@ class Partitioner {
       }
     }
     std::vector<Rep> made;
-    ReshardWhy shared_why = why;
-    shared_why.consumer = fmt::format("{} (and {}, sharing the reduction)", why.consumer, other_uses_text(value, why.consumer));
-    partition_detail::reshard(builder_, rep, candidates[best].back().after, type.shape, type.dtype, shared_why, &made,
-                              &candidates[best]);
-    const Value* root = alias_root(value);
+    emit_reduction(candidates[best], made);
     reduced_.emplace(root, made.front());
     for (const Rep& layout : made) layouts_.emplace(std::make_pair(root, layout.dims), layout);
+  }
+
+  // The cheapest moves to `target` from `rep` (when given) or any layout of
+  // `root` made so far; nullopt when the search gives up.
+  struct MovesFrom {
+    const Rep* source;
+    std::vector<partition_detail::LayoutMove> moves;
+  };
+  std::optional<MovesFrom> cheapest_from_made(const Value* root, const Rep* rep, const DimAxes& target,
+                                              const TensorType& type) const {
+    std::vector<const Rep*> sources;
+    std::vector<DimAxes> layouts;
+    if (rep != nullptr) {
+      sources.push_back(rep);
+      layouts.push_back(rep->dims);
+    }
+    for (auto it = layouts_.lower_bound({root, DimAxes{}}); it != layouts_.end() && it->first.first == root; ++it) {
+      sources.push_back(&it->second);
+      layouts.push_back(it->second.dims);
+    }
+    std::optional<partition_detail::CheapestMoves> found =
+        partition_detail::cheapest_moves(mesh_, type.shape, type.dtype, layouts, target);
+    if (!found) return std::nullopt;
+    return MovesFrom{sources[found->source], std::move(found->moves)};
   }
 
   void lower_annotation(const Node& node) {
@@ -325,19 +389,13 @@ class Partitioner {
   // `target`, serves other uses that may want another layout. Annotations
   // and graph outputs say what they want; other ops might want anything.
   bool reduction_shared(const Value* value, const DimAxes& target) const {
-    if (!returned_.contains(value) && users_count(value) <= 1) return false;
+    const std::vector<const Node*>& users = users_of(value);
+    if (!returned_.contains(value) && users.size() <= 1) return false;
     if (returned_.contains(value) && effective_axes(mesh_, shardings_.sharding(value)) != target) return true;
-    const auto found = users_.find(value);
-    if (found == users_.end()) return false;
-    return std::any_of(found->second.begin(), found->second.end(), [&](const Node* user) {
+    return std::any_of(users.begin(), users.end(), [&](const Node* user) {
       return user->op().full_name() != ops::kMarkShardingOp ||
              effective_axes(mesh_, shardings_.sharding(user->output())) != target;
     });
-  }
-
-  std::size_t users_count(const Value* value) const {
-    const auto found = users_.find(value);
-    return found == users_.end() ? 0 : found->second.size();
   }
 
   // Whether `value` has a use other than `node` (a graph output counts).
@@ -390,11 +448,18 @@ class Partitioner {
     return rep;
   }
 
+  // How plan_cost moves an operand: from its current layout (how lower_op
+  // compares plans), or from whichever layout made so far costs least (how
+  // reshard_value then moves it). Comparing plans the second way finds
+  // plans that are cheaper one op at a time but dearer for the ops after
+  // them: LLaMA's decode step on a 2,2,2 mesh took one collective more.
+  enum class OperandMoves { kFromCurrent, kFromMadeLayouts };
+
   // The cost (ProgramBuilder::cost_since) of computing `node` with these
   // factor shardings: its operands moved to them, its results moved to the
   // layouts propagation gave them. Emitted and rolled back.
   double plan_cost(const Node& node, const OpShardingRule& rule, const std::vector<const Rep*>& current,
-                    bool partials_kept, const std::vector<std::vector<int>>& factor_axes) {
+                   bool partials_kept, const std::vector<std::vector<int>>& factor_axes, OperandMoves operand_moves) {
     const ProgramBuilder::Mark mark = builder_.mark();
     const std::vector<Value*> operands = node.inputs();
     const ReshardWhy why{nullptr, "", [](int) { return std::string(); }};
@@ -412,7 +477,13 @@ class Partitioner {
         if (rep.dims != wanted) partition_detail::reshard(builder_, rep, wanted, type.shape, type.dtype, operand_why);
       } else if ((rep.dims != wanted || !rep.unreduced.empty()) &&
                  !layouts_.contains({alias_root(operands[o]), wanted})) {
-        partition_detail::reshard(builder_, rep, wanted, type.shape, type.dtype, operand_why);
+        const Value* root = alias_root(operands[o]);
+        const std::optional<MovesFrom> found =
+            operand_moves == OperandMoves::kFromMadeLayouts && (rep.unreduced.empty() || reduced_.contains(root))
+                ? cheapest_from_made(root, rep.unreduced.empty() ? current[o] : nullptr, wanted, type)
+                : std::nullopt;
+        partition_detail::reshard(builder_, found ? *found->source : rep, wanted, type.shape, type.dtype, operand_why,
+                                  nullptr, found ? &found->moves : nullptr);
       }
     }
     const std::vector<int> reduced = sharded_reduction_axes(rule, factor_axes, reduction);
@@ -433,15 +504,59 @@ class Partitioner {
     return cost;
   }
 
+  // An op's sharding rule and the operand it adds once (linear's bias, or -1).
+  struct OpPlanInputs {
+    OpShardingRule rule;
+    int addend = -1;
+  };
+  static OpPlanInputs plan_inputs(const Node& node) {
+    std::vector<TensorType> in_types, out_types;
+    for (const Value* v : node.inputs()) in_types.push_back(v->type());
+    for (const Value* v : node.outputs()) out_types.push_back(v->type());
+    const OpArgs args = node.op_args();
+    OpPlanInputs inputs{node.op().sharding_rule(args, in_types, out_types)};
+    inputs.addend = node.op().addend_arg.empty() ? -1 : args.tensor(node.op().addend_arg);
+    return inputs;
+  }
+
+  // The factor shardings of `node` with its operands as `current`. An op
+  // whose results are wanted in another layout than its operands have is
+  // computed where moving costs least: in the results' layout filled in by
+  // the operands' (the default), in the operands' alone (moving the
+  // smaller results: a sum that shrinks its input 4x), or in the results'
+  // alone (gathering a smaller operand rather than a larger result). `cost`,
+  // when given, gets the chosen plan's plan_cost.
+  std::vector<std::vector<int>> chosen_factors(const Node& node, const OpPlanInputs& inputs,
+                                               const std::vector<const Rep*>& current, bool partials_kept,
+                                               OperandMoves operand_moves, double* cost) {
+    const FactorChoice choice{mesh_, shardings_, node, inputs.rule, current, partials_kept, inputs.addend};
+    std::vector<std::vector<int>> factor_axes = choose_factors(choice, FactorPlan::kResultsThenOperands);
+    double least = -1;
+    if (!node.op().position_dependent) {
+      for (const FactorPlan plan : {FactorPlan::kOperandsOnly, FactorPlan::kResultsOnly}) {
+        std::vector<std::vector<int>> other = choose_factors(choice, plan);
+        if (other == factor_axes) continue;
+        if (least < 0) least = plan_cost(node, inputs.rule, current, partials_kept, factor_axes, operand_moves);
+        const double other_cost = plan_cost(node, inputs.rule, current, partials_kept, other, operand_moves);
+        if (other_cost < least) {
+          least = other_cost;
+          factor_axes = std::move(other);
+        }
+      }
+    }
+    if (cost != nullptr) {
+      *cost = least >= 0 ? least : plan_cost(node, inputs.rule, current, partials_kept, factor_axes, operand_moves);
+    }
+    return factor_axes;
+  }
+
   void lower_op(const Node& node) {
     const OpDef& op = node.op();
     const std::vector<Value*> operands = node.inputs();
-    std::vector<TensorType> in_types, out_types;
-    for (const Value* v : operands) in_types.push_back(v->type());
-    for (const Value* v : node.outputs()) out_types.push_back(v->type());
+    const OpPlanInputs inputs = plan_inputs(node);
+    const OpShardingRule& rule = inputs.rule;
+    const int addend = inputs.addend;
     const OpArgs global_args = node.op_args();
-    const OpShardingRule rule = op.sharding_rule(global_args, in_types, out_types);
-    const int addend = op.addend_arg.empty() ? -1 : global_args.tensor(op.addend_arg);
 
     // The operands as they are now. A partial operand reduced here, whose
     // reduction another consumer already made, is that reduced copy: it
@@ -454,27 +569,9 @@ class Partitioner {
       if (const auto reduced = reduced_.find(operands[o]); reduced != reduced_.end()) current[o] = &reduced->second;
     }
 
-    // 1. Factor shardings. An op whose results are wanted in another layout
-    // than its operands have is computed where moving costs least: in the
-    // results' layout filled in by the operands' (the default), in the
-    // operands' alone (moving the smaller results: a sum that shrinks its
-    // input 4x), or in the results' alone (gathering a smaller operand
-    // rather than a larger result).
-    const FactorChoice choice{mesh_, shardings_, node, rule, current, partials_kept, addend};
-    std::vector<std::vector<int>> factor_axes = choose_factors(choice, FactorPlan::kResultsThenOperands);
-    if (!op.position_dependent) {
-      double least = -1;
-      for (const FactorPlan plan : {FactorPlan::kOperandsOnly, FactorPlan::kResultsOnly}) {
-        std::vector<std::vector<int>> other = choose_factors(choice, plan);
-        if (other == factor_axes) continue;
-        if (least < 0) least = plan_cost(node, rule, current, partials_kept, factor_axes);
-        const double cost = plan_cost(node, rule, current, partials_kept, other);
-        if (cost < least) {
-          least = cost;
-          factor_axes = std::move(other);
-        }
-      }
-    }
+    // 1. Factor shardings.
+    std::vector<std::vector<int>> factor_axes =
+        chosen_factors(node, inputs, current, partials_kept, OperandMoves::kFromCurrent, nullptr);
 
     // 2. Operands in the layout the factors ask for.
     std::vector<Rep> local;

@@ -80,10 +80,12 @@ struct ReshardWhy {
   const Value* value = nullptr;      // the graph value
   std::string consumer;              // "%9 aten::softmax.int", "the annotation at %4", "output 0"
   std::function<std::string(int)> origin;  // describes where dim d's current axes came from
-  // A partial sum whose reduction other consumers reuse in other layouts:
-  // reduce-scattered only over all its partial axes at once, since a
-  // scatter over some then an all-reduce over the rest leaves a result the
-  // others must gather again.
+  // A partial sum whose reduction other consumers reuse in other layouts.
+  // The partitioner chooses that reduction for all of them; where the
+  // search gives up, the fallback reduce-scatters only over all partial
+  // axes at once, since a scatter over some then an all-reduce over the
+  // rest leaves a result the others must gather again. The search obeys
+  // the same rule when asked (one of the partitioner's candidates).
   bool reduction_shared = false;
 };
 
