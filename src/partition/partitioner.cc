@@ -113,13 +113,21 @@ class Partitioner {
     return found == alias_roots_.end() ? value : found->second;
   }
 
+  // A layout the same values are wanted in after the current move, and
+  // the use that wants it ("the annotation at %c").
+  struct LaterUse {
+    DimAxes dims;
+    std::string use;
+  };
+
   // The same values wanted in a layout they already have somewhere are not
   // moved again: q, k and v projections of one normalised input share one
   // reshard, and so do an annotation's result and its input (or another
   // annotation of it). Otherwise the move starts from whichever layout made
   // so far sends the fewest bytes: a whole copy made inside an earlier
   // gather-then-slice is sliced, not gathered again.
-  Rep reshard_value(const Value* value, const DimAxes& target, std::string consumer) {
+  Rep reshard_value(const Value* value, const DimAxes& target, std::string consumer,
+                    const std::vector<LaterUse>& later = {}) {
     const Rep& rep = reps_.at(value);
     if (rep.dims == target && rep.unreduced.empty()) return rep;
     const Value* root = alias_root(value);
@@ -130,8 +138,10 @@ class Partitioner {
     why.consumer = std::move(consumer);
     why.origin = [this, value](int dim) { return origin_text(value, dim); };
     why.reduction_shared = reduction_shared(value, target);
-    if (!rep.unreduced.empty() && why.reduction_shared && !reduced_.contains(root)) {
-      reduce_for_all_uses(value, rep, target, why);
+    if (!rep.unreduced.empty() && (why.reduction_shared || !later.empty()) && !reduced_.contains(root)) {
+      reduce_for_all_uses(value, rep, target, why, later);
+    } else if (!later.empty() && rep.unreduced.empty()) {
+      move_for_later(value, target, later, why);
     }
     // A partial sum already reduced for another consumer is not reduced
     // again: it is moved from a layout made of the reduction's result, so
@@ -226,7 +236,8 @@ class Partitioner {
   // reduction's result and the layouts made on the way are recorded, so
   // each use starts from them. Nothing is emitted when the search gives up
   // (too many axes): the fallback's rule then holds.
-  void reduce_for_all_uses(const Value* value, const Rep& rep, const DimAxes& target, const ReshardWhy& why) {
+  void reduce_for_all_uses(const Value* value, const Rep& rep, const DimAxes& target, const ReshardWhy& why,
+                           const std::vector<LaterUse>& later) {
     using partition_detail::cheapest_moves;
     using partition_detail::LayoutMove;
     const TensorType& type = value->type();
@@ -240,6 +251,7 @@ class Partitioner {
       if (std::find(targets.begin(), targets.end(), dims) == targets.end()) targets.push_back(std::move(dims));
     };
     if (returned_.contains(value)) add_target(propagated);
+    for (const LaterUse& use : later) add_target(use.dims);
     for (const Node* user : users_of(value)) {
       if (use_text(*user) == why.consumer) continue;
       if (user->op().full_name() == ops::kMarkShardingOp) {
@@ -264,8 +276,9 @@ class Partitioner {
     }
     if (candidates.empty()) return;
     ReshardWhy shared_why = why;
-    shared_why.consumer =
-        fmt::format("{} (and {}, sharing the reduction)", why.consumer, other_uses_text(value, why.consumer));
+    if (const std::string others = other_uses_text(value, why.consumer); !others.empty()) {
+      shared_why.consumer = fmt::format("{} (and {}, sharing the reduction)", why.consumer, others);
+    }
     const auto emit_reduction = [&](const std::vector<LayoutMove>& prefix, std::vector<Rep>& made) {
       partition_detail::reshard(builder_, rep, prefix.back().after, type.shape, type.dtype, shared_why, &made, &prefix);
     };
@@ -339,11 +352,103 @@ class Partitioner {
     return MovesFrom{sources[found->source], std::move(found->moves)};
   }
 
+  // The cost of moving `root`'s values to each of `targets` in turn, each
+  // from the cheapest layout made before it (those of the trial included).
+  // Emitted and rolled back.
+  double moves_cost(const Value* value, const std::vector<DimAxes>& targets, const ReshardWhy& why) {
+    const Value* root = alias_root(value);
+    const TensorType& type = value->type();
+    const ProgramBuilder::Mark mark = builder_.mark();
+    std::vector<std::pair<const Value*, DimAxes>> added;
+    for (const DimAxes& t : targets) {
+      if (layouts_.contains({root, t})) continue;
+      const std::optional<MovesFrom> found = cheapest_from_made(root, nullptr, t, type);
+      if (!found) continue;  // too many axes to search: not told apart
+      std::vector<Rep> made;
+      partition_detail::reshard(builder_, *found->source, t, type.shape, type.dtype, why, &made, &found->moves);
+      for (const Rep& layout : made) {
+        if (layouts_.emplace(std::make_pair(root, layout.dims), layout).second) added.emplace_back(root, layout.dims);
+      }
+    }
+    for (const auto& key : added) layouts_.erase(key);
+    const double cost = builder_.cost_since(mark);
+    builder_.rollback(mark);
+    return cost;
+  }
+
+  // Values wanted in `target` now and in `later` layouts next are first
+  // moved to one of those when that makes all of them together cheaper:
+  // (('a', 'b'),) then ('a',) of rows gathered over 'c' is one gather to
+  // whole rows and two slices, where the cheapest way to (('a', 'b'),)
+  // alone (a slice and a permute) leaves ('a',) another gather.
+  void move_for_later(const Value* value, const DimAxes& target, const std::vector<LaterUse>& later,
+                      const ReshardWhy& why) {
+    std::vector<DimAxes> order{target};
+    for (const LaterUse& use : later) order.push_back(use.dims);
+    double least = moves_cost(value, order, why);
+    std::size_t best = 0;  // 0: target first, else later[best - 1]
+    for (std::size_t k = 0; k < later.size(); ++k) {
+      std::vector<DimAxes> via{later[k].dims, target};
+      for (std::size_t j = 0; j < later.size(); ++j) {
+        if (j != k) via.push_back(later[j].dims);
+      }
+      const double cost = moves_cost(value, via, why);
+      if (cost < least) {
+        least = cost;
+        best = k + 1;
+      }
+    }
+    if (best == 0) return;
+    // Made now for the later use, and recorded: that use takes it as is.
+    const Value* root = alias_root(value);
+    const TensorType& type = value->type();
+    const LaterUse& first = later[best - 1];
+    const std::optional<MovesFrom> found = cheapest_from_made(root, nullptr, first.dims, type);
+    if (!found) return;
+    ReshardWhy first_why = why;
+    first_why.consumer = fmt::format("{} (moved here, before {}, as both then cost least)", first.use, why.consumer);
+    std::vector<Rep> made;
+    partition_detail::reshard(builder_, *found->source, first.dims, type.shape, type.dtype, first_why, &made,
+                              &found->moves);
+    for (const Rep& layout : made) layouts_.emplace(std::make_pair(root, layout.dims), layout);
+  }
+
+  // The layouts the values of an annotation's result are wanted in next,
+  // other than its own: annotations of the result (and of those, in turn)
+  // and later annotations of its input (at most kMaxLaterLayouts), with the
+  // uses that want them.
+  std::vector<LaterUse> later_uses(const Node& annotation) const {
+    constexpr std::size_t kMaxLaterLayouts = 3;
+    const Value* input = annotation.inputs()[0];
+    const Value* output = annotation.output();
+    const DimAxes own = effective_axes(mesh_, shardings_.sharding(output));
+    std::vector<LaterUse> later;
+    const auto add = [&](const Node* user) {
+      if (user == &annotation || user->op().full_name() != ops::kMarkShardingOp) return;
+      DimAxes dims = effective_axes(mesh_, shardings_.sharding(user->output()));
+      const bool known = std::any_of(later.begin(), later.end(), [&](const LaterUse& use) { return use.dims == dims; });
+      if (later.size() < kMaxLaterLayouts && dims != own && !known) later.push_back({std::move(dims), use_text(*user)});
+    };
+    // Annotations of the result, of theirs, and so on (breadth first), then
+    // the later annotations of the input.
+    std::vector<const Value*> results{output};
+    for (std::size_t r = 0; r < results.size() && later.size() < kMaxLaterLayouts; ++r) {
+      for (const Node* user : users_of(results[r])) {
+        if (user->op().full_name() != ops::kMarkShardingOp) continue;
+        add(user);
+        results.push_back(user->output());
+      }
+    }
+    const std::vector<const Node*>& siblings = users_of(input);
+    for (auto it = std::find(siblings.begin(), siblings.end(), &annotation); it != siblings.end(); ++it) add(*it);
+    return later;
+  }
+
   void lower_annotation(const Node& node) {
     const Value* input = node.inputs()[0];
     const Value* output = node.output();
     reps_[output] = reshard_value(input, effective_axes(mesh_, shardings_.sharding(output)),
-                                  fmt::format("the annotation at %{}", output->name()));
+                                  fmt::format("the annotation at %{}", output->name()), later_uses(node));
     alias_roots_[output] = alias_root(input);
   }
 

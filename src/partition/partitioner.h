@@ -33,6 +33,18 @@ inline bool starts_with(const std::vector<int>& axes, const std::vector<int>& pr
   return prefix.size() <= axes.size() && std::equal(prefix.begin(), prefix.end(), axes.begin());
 }
 
+// Whether each tile of a dim of `size` split `inner_tiles` ways lies inside
+// the tile split `outer_tiles` ways (the first axes of the same split) that
+// its device holds, padding included: always from a whole dim, otherwise
+// when an outer tile is exactly its inner tiles. True of every even split,
+// and of some uneven ones: 7 rows in 2 tiles of 4, then 4 tiles of 2.
+// Only between nesting layouts do slices, gathers and reduce-scatters keep
+// or send each device's own rows.
+inline bool tiles_nest(int64_t size, int64_t outer_tiles, int64_t inner_tiles) {
+  const auto tile = [size](int64_t tiles) { return size / tiles + (size % tiles != 0 ? 1 : 0); };
+  return outer_tiles == 1 || tile(outer_tiles) == inner_tiles / outer_tiles * tile(inner_tiles);
+}
+
 // A value's current local representation on every device.
 struct Rep {
   int slot = -1;

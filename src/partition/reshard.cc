@@ -14,9 +14,9 @@
 //     another, where the target has them: an all-to-all over them (even
 //     dims), repeated while one applies, after gathering axes the target
 //     drops where they block one;
-//  4. axes the target drops from a dim: an all-gather over them (an uneven
-//     dim is gathered whole: its shards do not nest; a gather of axes the
-//     target still uses is reported as a re-materialisation);
+//  4. axes the target drops from a dim: an all-gather over them (a dim
+//     whose tiles do not nest, tiles_nest(), is gathered whole; a gather of
+//     axes the target still uses is reported as a re-materialisation);
 //  5. axes the target adds: a local slice, no communication.
 // Example, [{x,y},{}] -> [{x},{}]: one all-gather over 'y' on dim 0.
 #include <fmt/format.h>
@@ -145,6 +145,13 @@ class Resharder {
   }
 
  private:
+  // Whether dim `dim` over `inner` nests in it over its first `outer` axes.
+  bool nests(int dim, std::size_t outer, const std::vector<int>& inner) const {
+    return tiles_nest(global_[static_cast<std::size_t>(dim)],
+                      b_.axes_size({inner.begin(), inner.begin() + static_cast<std::ptrdiff_t>(outer)}),
+                      b_.axes_size(inner));
+  }
+
   bool even(int dim, const std::vector<int>& axes) const {
     return global_[static_cast<std::size_t>(dim)] % b_.axes_size(axes) == 0;
   }
@@ -422,7 +429,7 @@ class Resharder {
     const auto d = static_cast<std::size_t>(dim);
     const std::vector<int>& have = rep.dims[d];
     const std::vector<int> axes(have.begin() + static_cast<std::ptrdiff_t>(move.kept), have.end());
-    if (move.kept == 0 && !even(dim, have) && !target[d].empty() && target[d][0] == have[0]) {
+    if (move.kept == 0 && !nests(dim, 1, have) && !target[d].empty() && target[d][0] == have[0]) {
       rematerialised(dim, have, target[d]);
     } else {
       regathered(dim, axes, move.kept, target);
@@ -469,8 +476,9 @@ class Resharder {
     std::size_t common = 0;
     while (common < have.size() && common < target[d].size() && have[common] == target[d][common]) ++common;
     if (common == have.size()) return rep;
-    // Shards of an uneven dim do not nest: gather it whole and re-slice.
-    const bool uneven = common > 0 && !even(dim, have);
+    // Shards that do not nest in the common axes' tiles: gather the dim
+    // whole and re-slice.
+    const bool uneven = common > 0 && !nests(dim, common, have);
     if (uneven) {
       common = 0;
       rematerialised(dim, have, target[d]);
@@ -513,9 +521,8 @@ class Resharder {
   Rep slice(Rep rep, const DimAxes& target, int dim) {
     const auto d = static_cast<std::size_t>(dim);
     if (rep.dims[d] == target[d]) return rep;
-    // A tile of the target must lie inside the tile the device holds: true
-    // from a whole dim, and from an even one.
-    if (!rep.dims[d].empty() && !even(dim, target[d])) {
+    // A tile of the target must lie inside the tile the device holds.
+    if (!nests(dim, rep.dims[d].size(), target[d])) {
       rematerialised(dim, rep.dims[d], target[d]);
       rep = gather(rep, DimAxes(target.size()), dim);
     }

@@ -173,6 +173,12 @@ class Search {
     return global_[dim] % tiles == 0;
   }
 
+  // Whether dim `dim` over `inner` nests in it over its first `outer` axes.
+  bool nests(std::size_t dim, std::size_t outer, const std::vector<int>& inner) const {
+    return tiles_nest(global_[dim], group_size({inner.begin(), inner.begin() + static_cast<std::ptrdiff_t>(outer)}),
+                      group_size(inner));
+  }
+
   int64_t group_size(const std::vector<int>& axes) const {
     int64_t size = 1;
     for (int axis : axes) size *= mesh_.axis_size(axis);
@@ -205,7 +211,7 @@ class Search {
     const double bytes = tile_bytes(layout);
     if (!unreduced.empty()) {
       // Reduce-scatters of some partial axes, in any order, onto the minor
-      // end of a dim (even dims only)...
+      // end of a dim (where the new tiles nest in the old)...
       std::vector<const std::vector<int>*> orders;
       for (const std::vector<int>& order : scatter_orders_) {
         if ((!reduction_shared_ || order.size() == unreduced.size()) && std::all_of(order.begin(), order.end(), partial)) {
@@ -217,7 +223,9 @@ class Search {
           const std::vector<int>& order = *scattered;
           LayoutMove move{LayoutMove::Kind::kReduceScatter, layout, static_cast<int>(d), -1, 0, order};
           move.after[d].insert(move.after[d].end(), order.begin(), order.end());
-          if (!even(d, move.after[d]) || (reduction_shared_ && !starts_with(target_[d], move.after[d]))) continue;
+          if (!nests(d, layout[d].size(), move.after[d]) || (reduction_shared_ && !starts_with(target_[d], move.after[d]))) {
+            continue;
+          }
           out.push_back({move, {ring_bytes_sent(CollectiveKind::kReduceScatter, static_cast<double>(group_size(order)),
                                                 bytes), 1}});
         }
@@ -233,10 +241,10 @@ class Search {
     }
     for (std::size_t d = 0; d < layout.size(); ++d) {
       const std::vector<int>& have = layout[d];
-      // All-gathers of a minor-end suffix (an uneven dim only whole: its
-      // shards do not nest).
+      // All-gathers of a minor-end suffix (down to axes whose tiles hold
+      // the current ones: tiles_nest).
       for (std::size_t kept = 0; kept < have.size(); ++kept) {
-        if (kept > 0 && !even(d, have)) continue;
+        if (!nests(d, kept, have)) continue;
         LayoutMove move{LayoutMove::Kind::kAllGather, layout, static_cast<int>(d), -1, kept, {}};
         move.after[d].resize(kept);
         const double n = static_cast<double>(group_size({have.begin() + static_cast<std::ptrdiff_t>(kept), have.end()}));
@@ -265,7 +273,7 @@ class Search {
                           want.begin() + static_cast<std::ptrdiff_t>(length), taken)) {
             break;
           }
-          if (!have.empty() && !even(d, move.after[d])) continue;
+          if (!nests(d, have.size(), move.after[d])) continue;
           out.push_back({move, {0, 0}});
         }
       }
@@ -276,7 +284,7 @@ class Search {
         if (taken(axis)) continue;
         LayoutMove move{LayoutMove::Kind::kSlice, layout, static_cast<int>(d), -1, 0, {}};
         move.after[d].push_back(axis);
-        if (!have.empty() && !even(d, move.after[d])) continue;
+        if (!nests(d, have.size(), move.after[d])) continue;
         out.push_back({move, {0, 0}});
       }
     }

@@ -242,6 +242,9 @@ class DeviceRun {
         const int dim = instruction.dim;
         const int64_t n = members.size();
         // Chunk g = rows [g * s_out, (g + 1) * s_out): make each contiguous.
+        // A whole dim that does not split evenly ends early: the last
+        // chunks are padded with zeros (padding rows, never read as values).
+        const int64_t s_in = input.shape()[static_cast<std::size_t>(dim)];
         const int64_t s_out = type.shape[static_cast<std::size_t>(dim)];
         DenseTensor packed = DenseTensor::empty(input.dtype(), [&] {
           Shape s = type.shape;
@@ -249,8 +252,10 @@ class DeviceRun {
           return s;
         }());
         for (int64_t g = 0; g < n; ++g) {
-          DenseTensor chunk = DenseTensor::empty(type.dtype, type.shape);
-          copy_rows(input, g * s_out, chunk, 0, s_out, dim);
+          const int64_t count = std::clamp<int64_t>(s_in - g * s_out, 0, s_out);
+          DenseTensor chunk = count < s_out ? DenseTensor::zeros(type.dtype, type.shape)
+                                            : DenseTensor::empty(type.dtype, type.shape);
+          copy_rows(input, g * s_out, chunk, 0, count, dim);
           std::memcpy(packed.data() + static_cast<std::size_t>(g) * chunk.nbytes(), chunk.data(), chunk.nbytes());
         }
         DenseTensor out = DenseTensor::empty(type.dtype, type.shape);

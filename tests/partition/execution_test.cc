@@ -364,6 +364,53 @@ TEST(Execution, PartialSumWithTwoConsumersIsReducedOnce) {
   }
 }
 
+// Values wanted in one layout now and in others by later annotations are
+// moved so that all of them together cost least, not the first alone.
+TEST(Execution, ValuesWantedInSeveralLayoutsAreMovedForAllOfThem) {
+  struct Case {
+    std::string name;
+    int devices;
+    std::string mesh, input_type;
+    sf::Shape input_shape;
+    std::string body, result_type;
+    std::vector<std::string> collectives;  // prefixes of their descriptions, in order
+  };
+  const std::string mesh8 = R"M([0, 1, 2, 3, 4, 5, 6, 7], "(2, 2, 2)", "('a', 'b', 'c')")M";
+  const std::string mesh24 = R"M([0, 1, 2, 3, 4, 5, 6, 7], "(2, 4)", "('a', 'b')")M";
+  const Case cases[] = {
+      // Rows on 'c', wanted on ('a', 'b') then on 'a': one permute to 'a'
+      // and a slice. The cheapest way to ('a', 'b') alone, a slice and a
+      // permute, leaves 'a' a gather.
+      {"annotation_chain", 8, mesh8, "f32[1024,8]", {1024, 8},
+       "  %a = " + annotate("x", "('c', None)", "f32[1024,8]", mesh8) + "\n  %e = aten::exp(%a) : f32[1024,8]\n"
+       "  %b0 = " + annotate("e", "(('a', 'b'), None)", "f32[1024,8]", mesh8) + "\n"
+       "  %b1 = " + annotate("b0", "('a', None)", "f32[1024,8]", mesh8) + "\n"
+       "  %r = aten::sin(%b1) : f32[1024,8]\n  return %r\n",
+       "f32[1024,8]", {"collective-permute over 'a', 'c' (16 KiB/device)"}},
+      // A partial sum over 'a' wanted on ('b', 'a'), then on 'b': one
+      // all-reduce. A reduce-scatter onto ('b', 'a') would leave 'b' a
+      // gather.
+      {"partial_sum_chain", 8, mesh24, "f32[13,11]", {13, 11},
+       "  %a = " + annotate("x", "('b', 'a')", "f32[13,11]", mesh24) + "\n"
+       "  %e = aten::sum.dim_IntList(%a, [1]) : f32[13]\n"
+       "  %b0 = " + annotate("e", "(('b', 'a'),)", "f32[13]", mesh24) + "\n"
+       "  %b1 = " + annotate("b0", "('b',)", "f32[13]", mesh24) + "\n"
+       "  %r = aten::sin(%b1) : f32[13]\n  return %r\n",
+       "f32[13]", {"all-reduce over 'a'"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    sf::Runtime runtime = sf::Runtime::local(c.devices);
+    const std::string text = "func @f(%x: " + c.input_type + ") -> (" + c.result_type + ") {\n" + c.body + "}\n";
+    std::vector<std::string> collectives;
+    expect_same(text, runtime, {sf::randn(c.input_shape, 6)}, &collectives);
+    ASSERT_EQ(collectives.size(), c.collectives.size()) << testing::PrintToString(collectives);
+    for (std::size_t k = 0; k < collectives.size(); ++k) {
+      EXPECT_EQ(collectives[k].rfind(c.collectives[k], 0), 0u) << collectives[k];
+    }
+  }
+}
+
 // A partial sum with two uses is reduced where both are reached for least,
 // not where the first one alone is: each case has the other's answer as
 // the first use's cheapest way on its own.
@@ -540,6 +587,41 @@ TEST(Execution, ReshardsTakeTheCheaperSequence) {
     const std::string text = "func @f(%x: f32[256,256]) -> (" + c.types + ") {\n" + c.program + "}\n";
     std::vector<std::string> collectives;
     expect_same(text, runtime, {sf::randn({256, 256}, 4)}, &collectives);
+    ASSERT_EQ(collectives.size(), c.collectives.size()) << testing::PrintToString(collectives);
+    for (std::size_t k = 0; k < collectives.size(); ++k) {
+      EXPECT_EQ(collectives[k].rfind(c.collectives[k], 0), 0u) << collectives[k];
+    }
+  }
+}
+
+// Uneven tiles that nest (7 rows: 2 tiles of 4 over 'x', each holding 2 of
+// the 8 tiles of 1 over ('x', 'y')) move as even ones do: a gather of the
+// minor axis only, a local slice, a reduce-scatter of a padded dim. Before,
+// each went through the whole dim.
+TEST(Execution, UnevenTilesThatNestMoveLikeEvenOnes) {
+  sf::Runtime runtime = sf::Runtime::local(8);
+  const std::string mesh = R"M([0, 1, 2, 3, 4, 5, 6, 7], "(2, 4)", "('x', 'y')")M";
+  const auto resharded = [&](const std::string& from, const std::string& to) {
+    return "  %a = " + annotate("x", from, "f32[7,8]", mesh) + "\n  %e = aten::exp(%a) : f32[7,8]\n"
+           "  %b = " + annotate("e", to, "f32[7,8]", mesh) + "\n  %r = aten::sin(%b) : f32[7,8]\n  return %r\n";
+  };
+  const auto summed = [&](const std::string& from, const std::string& to) {
+    return "  %a = " + annotate("x", from, "f32[7,8]", mesh) + "\n  %s = aten::sum.dim_IntList(%a, [1]) : f32[7]\n"
+           "  %b = " + annotate("s", to, "f32[7]", mesh) + "\n  %r = aten::exp(%b) : f32[7]\n  return %r\n";
+  };
+  const LadderCase cases[] = {
+      {"gather_minor_axis", "f32[7,8]", resharded("(('x', 'y'), None)", "('x', None)"), {"all-gather over 'y'"}},
+      {"slice_minor_axis", "f32[7,8]", resharded("('x', None)", "(('x', 'y'), None)"), {}},
+      // From whole rows: the last device's tile is padding only.
+      {"scatter_whole_dim", "f32[7]", summed("(None, 'y')", "('y',)"), {"reduce-scatter over 'y' (28 B/device)"}},
+      {"scatter_inside_tiles", "f32[7]", summed("('x', 'y')", "(('x', 'y'),)"),
+       {"reduce-scatter over 'y' (16 B/device)"}},
+  };
+  for (const LadderCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string text = "func @f(%x: f32[7,8]) -> (" + c.types + ") {\n" + c.program + "}\n";
+    std::vector<std::string> collectives;
+    expect_same(text, runtime, {sf::randn({7, 8}, 5)}, &collectives);
     ASSERT_EQ(collectives.size(), c.collectives.size()) << testing::PrintToString(collectives);
     for (std::size_t k = 0; k < collectives.size(); ++k) {
       EXPECT_EQ(collectives[k].rfind(c.collectives[k], 0), 0u) << collectives[k];

@@ -316,12 +316,13 @@ TEST(Patterns, PartialSumsPassExactWideningsAndTheListingShowsConstants) {
 }
 
 TEST(Patterns, UnevenReshardsAreReported) {
-  // 7 rows over ('x', 'y') -> over 'x' alone: the shards do not nest, so the
-  // dim is gathered whole and sliced again, with a warning naming the consumer.
+  // 5 rows over ('x', 'y') (tiles of 1) -> over 'x' alone (tiles of 3): the
+  // shards do not nest, so the dim is gathered whole and sliced again, with a
+  // warning naming the consumer. (7 rows would nest: tiles of 4 hold 4 of 1.)
   const std::string mesh = R"M([0, 1, 2, 3, 4, 5, 6, 7], "(2, 4)", "('x', 'y')")M";
-  const std::string text = "func @f(%a: f32[7,3]) -> (f32[7,3]) {\n"
-                           "  %b = " + annotate("a", "(('x', 'y'), None)", "f32[7,3]", mesh) + "\n"
-                           "  %c = " + annotate("b", "('x', None)", "f32[7,3]", mesh) + "\n"
+  const std::string text = "func @f(%a: f32[5,3]) -> (f32[5,3]) {\n"
+                           "  %b = " + annotate("a", "(('x', 'y'), None)", "f32[5,3]", mesh) + "\n"
+                           "  %c = " + annotate("b", "('x', None)", "f32[5,3]", mesh) + "\n"
                            "  return %c\n}\n";
   const Partitioned p = partition(text);
   EXPECT_EQ(summary(p), (std::vector<std::string>{"all-gather x,y"})) << p.program.to_string(p.graph);
