@@ -413,34 +413,41 @@ class Partitioner {
     for (const Rep& layout : made) layouts_.emplace(std::make_pair(root, layout.dims), layout);
   }
 
-  // The layouts the values of an annotation's result are wanted in next,
-  // other than its own: annotations of the result (and of those, in turn)
-  // and later annotations of its input (at most kMaxLaterLayouts), with the
-  // uses that want them.
-  std::vector<LaterUse> later_uses(const Node& annotation) const {
-    constexpr std::size_t kMaxLaterLayouts = 3;
-    const Value* input = annotation.inputs()[0];
-    const Value* output = annotation.output();
-    const DimAxes own = effective_axes(mesh_, shardings_.sharding(output));
-    std::vector<LaterUse> later;
-    const auto add = [&](const Node* user) {
-      if (user == &annotation || user->op().full_name() != ops::kMarkShardingOp) return;
-      DimAxes dims = effective_axes(mesh_, shardings_.sharding(user->output()));
-      const bool known = std::any_of(later.begin(), later.end(), [&](const LaterUse& use) { return use.dims == dims; });
-      if (later.size() < kMaxLaterLayouts && dims != own && !known) later.push_back({std::move(dims), use_text(*user)});
-    };
-    // Annotations of the result, of theirs, and so on (breadth first), then
-    // the later annotations of the input.
-    std::vector<const Value*> results{output};
+  // The layouts annotations want `value` in, other than `own`: its
+  // annotations, theirs, and so on (breadth first, at most
+  // kMaxLaterLayouts), with the uses that want them; `skip` is not counted.
+  static constexpr std::size_t kMaxLaterLayouts = 3;
+  void add_annotations_ahead(const Value* value, const DimAxes& own, const Node* skip,
+                             std::vector<LaterUse>& later) const {
+    std::vector<const Value*> results{value};
     for (std::size_t r = 0; r < results.size() && later.size() < kMaxLaterLayouts; ++r) {
       for (const Node* user : users_of(results[r])) {
         if (user->op().full_name() != ops::kMarkShardingOp) continue;
-        add(user);
+        add_later_use(*user, own, skip, later);
         results.push_back(user->output());
       }
     }
-    const std::vector<const Node*>& siblings = users_of(input);
-    for (auto it = std::find(siblings.begin(), siblings.end(), &annotation); it != siblings.end(); ++it) add(*it);
+  }
+
+  void add_later_use(const Node& annotation, const DimAxes& own, const Node* skip,
+                     std::vector<LaterUse>& later) const {
+    if (&annotation == skip || later.size() >= kMaxLaterLayouts) return;
+    DimAxes dims = effective_axes(mesh_, shardings_.sharding(annotation.output()));
+    const bool known = std::any_of(later.begin(), later.end(), [&](const LaterUse& use) { return use.dims == dims; });
+    if (dims != own && !known) later.push_back({std::move(dims), use_text(annotation)});
+  }
+
+  // The layouts the values of an annotation's result are wanted in next,
+  // other than its own: annotations of the result (and of those, in turn),
+  // then later annotations of its input.
+  std::vector<LaterUse> later_uses(const Node& annotation) const {
+    const DimAxes own = effective_axes(mesh_, shardings_.sharding(annotation.output()));
+    std::vector<LaterUse> later;
+    add_annotations_ahead(annotation.output(), own, &annotation, later);
+    const std::vector<const Node*>& siblings = users_of(annotation.inputs()[0]);
+    for (auto it = std::find(siblings.begin(), siblings.end(), &annotation); it != siblings.end(); ++it) {
+      if ((*it)->op().full_name() == ops::kMarkShardingOp) add_later_use(**it, own, &annotation, later);
+    }
     return later;
   }
 
@@ -599,10 +606,27 @@ class Partitioner {
       const Value* output = node.outputs()[r];
       const Rep rep = new_result(node, rule, r, factor_axes, partial_axes, reduction);
       const DimAxes wanted = effective_axes(mesh_, shardings_.sharding(output));
-      if (rep.dims == wanted && rep.unreduced.empty()) continue;
       ReshardWhy result_why = why;
       result_why.value = output;
-      partition_detail::reshard(builder_, rep, wanted, output->type().shape, output->type().dtype, result_why);
+      const TensorType& type = output->type();
+      std::vector<Rep> made;
+      if (rep.dims == wanted && rep.unreduced.empty()) {
+        made.push_back(rep);
+      } else {
+        partition_detail::reshard(builder_, rep, wanted, type.shape, type.dtype, result_why, &made);
+      }
+      // And the layouts later annotations want it in: a plan whose result
+      // slices cheaply to the first may leave the next a gather.
+      std::vector<LaterUse> later;
+      add_annotations_ahead(output, wanted, nullptr, later);
+      for (const LaterUse& use : later) {
+        std::vector<DimAxes> layouts;
+        for (const Rep& layout : made) layouts.push_back(layout.dims);
+        const auto found = partition_detail::cheapest_moves(mesh_, type.shape, type.dtype, layouts, use.dims);
+        if (!found) continue;
+        partition_detail::reshard(builder_, made[found->source], use.dims, type.shape, type.dtype, result_why, &made,
+                                  &found->moves);
+      }
     }
     const double cost = builder_.cost_since(mark);
     builder_.rollback(mark);

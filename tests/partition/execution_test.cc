@@ -365,7 +365,8 @@ TEST(Execution, PartialSumWithTwoConsumersIsReducedOnce) {
 }
 
 // Values wanted in one layout now and in others by later annotations are
-// moved so that all of them together cost least, not the first alone.
+// moved, and ops computed, so that all of them together cost least, not
+// the first alone.
 TEST(Execution, ValuesWantedInSeveralLayoutsAreMovedForAllOfThem) {
   struct Case {
     std::string name;
@@ -377,6 +378,8 @@ TEST(Execution, ValuesWantedInSeveralLayoutsAreMovedForAllOfThem) {
   };
   const std::string mesh8 = R"M([0, 1, 2, 3, 4, 5, 6, 7], "(2, 2, 2)", "('a', 'b', 'c')")M";
   const std::string mesh24 = R"M([0, 1, 2, 3, 4, 5, 6, 7], "(2, 4)", "('a', 'b')")M";
+  const std::string mesh16 =
+      R"M([0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15], "(2, 2, 4)", "('a', 'b', 'c')")M";
   const Case cases[] = {
       // Rows on 'c', wanted on ('a', 'b') then on 'a': one permute to 'a'
       // and a slice. The cheapest way to ('a', 'b') alone, a slice and a
@@ -397,6 +400,17 @@ TEST(Execution, ValuesWantedInSeveralLayoutsAreMovedForAllOfThem) {
        "  %b1 = " + annotate("b0", "('b',)", "f32[13]", mesh24) + "\n"
        "  %r = aten::sin(%b1) : f32[13]\n  return %r\n",
        "f32[13]", {"all-reduce over 'a'"}},
+      // Whole rows of exp, wanted on ('b', 'c'), then (('b', 'a'), 'c'),
+      // then ('b', 'a'): exp runs on whole rows and every layout is a slice
+      // of them. Run in the first layout (the cheapest for it alone), the
+      // last needs a gather over 'c'.
+      {"op_plan_sees_later_annotations", 16, mesh16, "f32[31,7]", {31, 7},
+       "  %a = " + annotate("x", "(None, None)", "f32[31,7]", mesh16) + "\n  %e = aten::exp(%a) : f32[31,7]\n"
+       "  %b0 = " + annotate("e", "('b', 'c')", "f32[31,7]", mesh16) + "\n"
+       "  %b1 = " + annotate("b0", "(('b', 'a'), 'c')", "f32[31,7]", mesh16) + "\n"
+       "  %b2 = " + annotate("b1", "('b', 'a')", "f32[31,7]", mesh16) + "\n"
+       "  %r = aten::sin(%b2) : f32[31,7]\n  return %r\n",
+       "f32[31,7]", {}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
