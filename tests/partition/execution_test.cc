@@ -39,6 +39,17 @@ void expect_same(const std::string& text, sf::Runtime& runtime, const std::vecto
   }
 }
 
+// expect_same, and the collectives' descriptions begin with `prefixes`, in order.
+void expect_same_with(const std::string& text, sf::Runtime& runtime, const std::vector<sf::Tensor>& inputs,
+                      const std::vector<std::string>& prefixes) {
+  std::vector<std::string> collectives;
+  expect_same(text, runtime, inputs, &collectives);
+  ASSERT_EQ(collectives.size(), prefixes.size()) << testing::PrintToString(collectives);
+  for (std::size_t k = 0; k < collectives.size(); ++k) {
+    EXPECT_EQ(collectives[k].rfind(prefixes[k], 0), 0u) << collectives[k];
+  }
+}
+
 std::string annotate(const std::string& value, const std::string& spec, const std::string& type,
                      const std::string& mesh) {
   return "xla::dynamo_mark_sharding(%" + value + ", " + mesh + ", \"" + spec + "\") : " + type;
@@ -416,12 +427,7 @@ TEST(Execution, ValuesWantedInSeveralLayoutsAreMovedForAllOfThem) {
     SCOPED_TRACE(c.name);
     sf::Runtime runtime = sf::Runtime::local(c.devices);
     const std::string text = "func @f(%x: " + c.input_type + ") -> (" + c.result_type + ") {\n" + c.body + "}\n";
-    std::vector<std::string> collectives;
-    expect_same(text, runtime, {sf::randn(c.input_shape, 6)}, &collectives);
-    ASSERT_EQ(collectives.size(), c.collectives.size()) << testing::PrintToString(collectives);
-    for (std::size_t k = 0; k < collectives.size(); ++k) {
-      EXPECT_EQ(collectives[k].rfind(c.collectives[k], 0), 0u) << collectives[k];
-    }
+    expect_same_with(text, runtime, {sf::randn(c.input_shape, 6)}, c.collectives);
   }
 }
 
@@ -466,12 +472,7 @@ TEST(Execution, SharedPartialSumIsReducedForAllItsUses) {
                              "  %c = " + annotate("s", c.second, c.sum_type, c.mesh) + "\n"
                              "  %q = aten::sin(%c) : " + c.sum_type + "\n"
                              "  return %r, %q\n}\n";
-    std::vector<std::string> collectives;
-    expect_same(text, runtime, {sf::randn(c.input_shape, 1)}, &collectives);
-    ASSERT_EQ(collectives.size(), c.collectives.size()) << testing::PrintToString(collectives);
-    for (std::size_t k = 0; k < collectives.size(); ++k) {
-      EXPECT_EQ(collectives[k].rfind(c.collectives[k], 0), 0u) << collectives[k];
-    }
+    expect_same_with(text, runtime, {sf::randn(c.input_shape, 1)}, c.collectives);
   }
 }
 
@@ -599,12 +600,7 @@ TEST(Execution, ReshardsTakeTheCheaperSequence) {
   for (const LadderCase& c : cases) {
     SCOPED_TRACE(c.name);
     const std::string text = "func @f(%x: f32[256,256]) -> (" + c.types + ") {\n" + c.program + "}\n";
-    std::vector<std::string> collectives;
-    expect_same(text, runtime, {sf::randn({256, 256}, 4)}, &collectives);
-    ASSERT_EQ(collectives.size(), c.collectives.size()) << testing::PrintToString(collectives);
-    for (std::size_t k = 0; k < collectives.size(); ++k) {
-      EXPECT_EQ(collectives[k].rfind(c.collectives[k], 0), 0u) << collectives[k];
-    }
+    expect_same_with(text, runtime, {sf::randn({256, 256}, 4)}, c.collectives);
   }
 }
 
@@ -634,12 +630,7 @@ TEST(Execution, UnevenTilesThatNestMoveLikeEvenOnes) {
   for (const LadderCase& c : cases) {
     SCOPED_TRACE(c.name);
     const std::string text = "func @f(%x: f32[7,8]) -> (" + c.types + ") {\n" + c.program + "}\n";
-    std::vector<std::string> collectives;
-    expect_same(text, runtime, {sf::randn({7, 8}, 5)}, &collectives);
-    ASSERT_EQ(collectives.size(), c.collectives.size()) << testing::PrintToString(collectives);
-    for (std::size_t k = 0; k < collectives.size(); ++k) {
-      EXPECT_EQ(collectives[k].rfind(c.collectives[k], 0), 0u) << collectives[k];
-    }
+    expect_same_with(text, runtime, {sf::randn({7, 8}, 5)}, c.collectives);
   }
 }
 
