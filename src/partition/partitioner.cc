@@ -179,9 +179,8 @@ class Partitioner {
   }
 
   std::string use_text(const Node& user) const {
-    return user.op().full_name() == ops::kMarkShardingOp
-               ? fmt::format("the annotation at %{}", user.output()->name())
-                                                         : node_text(user);
+    if (user.op().full_name() != ops::kMarkShardingOp) return node_text(user);
+    return fmt::format("the annotation at %{}", user.output()->name());
   }
 
   const std::vector<const Node*>& users_of(const Value* value) const {
@@ -224,10 +223,11 @@ class Partitioner {
     return cost;
   }
 
-  // Emits the reduction of a partial sum that several uses share, into the
-  // layout from which all of them together are reached for least.
-  // Candidates: the reductions on the cheapest ways to each use's layout
-  // (an annotation's or output's own; for another op, the value's
+  // Emits the reduction of a partial sum that several uses share (or whose
+  // result later annotations want in other layouts), into the layout from
+  // which all of them together are reached for least. Candidates: the
+  // reductions on the cheapest ways to each use's layout (an annotation's,
+  // a later annotation's or an output's own; for another op, the value's
   // propagated layout), searched freely and with a scatter over all
   // partial axes only (ReshardWhy::reduction_shared). Each is emitted with
   // every use after it, costed and rolled back: an annotation or output by
