@@ -213,11 +213,7 @@ class Partitioner {
       current.push_back(operand == value ? &reduced : &found->second);
     }
     const OpPlanInputs inputs = plan_inputs(user);
-    const bool partials_kept = partials_stay(user, current);
-    for (std::size_t o = 0; o < current.size(); ++o) {
-      if (current[o]->unreduced.empty() || partials_kept) continue;
-      if (const auto copy = reduced_.find(user.inputs()[o]); copy != reduced_.end()) current[o] = &copy->second;
-    }
+    const bool partials_kept = settle_operands(user, current);
     double cost = 0;
     chosen_factors(user, inputs, current, partials_kept, OperandMoves::kFromMadeLayouts, &cost);
     return cost;
@@ -290,12 +286,9 @@ class Partitioner {
         std::vector<Rep> made;
         emit_reduction(candidates[c], made);
         const auto move_to = [&](const DimAxes& t) {
-          std::vector<DimAxes> layouts;
-          for (const Rep& layout : made) layouts.push_back(layout.dims);
-          const auto found = cheapest_moves(mesh_, type.shape, type.dtype, layouts, t);
-          const Rep& from = found ? made[found->source] : made.front();
-          partition_detail::reshard(builder_, from, t, type.shape, type.dtype, why, &made,
-                                    found ? &found->moves : nullptr);
+          if (!move_from(made, t, type, why)) {
+            partition_detail::reshard(builder_, made.front(), t, type.shape, type.dtype, why, &made);
+          }
         };
         for (const DimAxes& t : targets) move_to(t);
         // Op uses find the layouts made so far, as they will when lowered.
@@ -350,6 +343,20 @@ class Partitioner {
         partition_detail::cheapest_moves(mesh_, type.shape, type.dtype, layouts, target);
     if (!found) return std::nullopt;
     return MovesFrom{sources[found->source], std::move(found->moves)};
+  }
+
+  // Emits the cheapest moves to `target` from any of `made` (layouts of one
+  // value made so far, none partial) and appends the layouts they make;
+  // false, emitting nothing, when the search gives up.
+  bool move_from(std::vector<Rep>& made, const DimAxes& target, const TensorType& type, const ReshardWhy& why) {
+    std::vector<DimAxes> layouts;
+    for (const Rep& layout : made) layouts.push_back(layout.dims);
+    const std::optional<partition_detail::CheapestMoves> found =
+        partition_detail::cheapest_moves(mesh_, type.shape, type.dtype, layouts, target);
+    if (!found) return false;
+    const Rep from = made[found->source];  // `made` grows below
+    partition_detail::reshard(builder_, from, target, type.shape, type.dtype, why, &made, &found->moves);
+    return true;
   }
 
   // The cost of moving `root`'s values to each of `targets` in turn, each
@@ -619,14 +626,7 @@ class Partitioner {
       // slices cheaply to the first may leave the next a gather.
       std::vector<LaterUse> later;
       add_annotations_ahead(output, wanted, nullptr, later);
-      for (const LaterUse& use : later) {
-        std::vector<DimAxes> layouts;
-        for (const Rep& layout : made) layouts.push_back(layout.dims);
-        const auto found = partition_detail::cheapest_moves(mesh_, type.shape, type.dtype, layouts, use.dims);
-        if (!found) continue;
-        partition_detail::reshard(builder_, made[found->source], use.dims, type.shape, type.dtype, result_why, &made,
-                                  &found->moves);
-      }
+      for (const LaterUse& use : later) move_from(made, use.dims, type, result_why);
     }
     const double cost = builder_.cost_since(mark);
     builder_.rollback(mark);
@@ -635,6 +635,7 @@ class Partitioner {
 
   // An op's sharding rule and the operand it adds once (linear's bias, or -1).
   struct OpPlanInputs {
+    OpArgs args;  // bound to the global shapes
     OpShardingRule rule;
     int addend = -1;
   };
@@ -642,10 +643,23 @@ class Partitioner {
     std::vector<TensorType> in_types, out_types;
     for (const Value* v : node.inputs()) in_types.push_back(v->type());
     for (const Value* v : node.outputs()) out_types.push_back(v->type());
-    const OpArgs args = node.op_args();
-    OpPlanInputs inputs{node.op().sharding_rule(args, in_types, out_types)};
-    inputs.addend = node.op().addend_arg.empty() ? -1 : args.tensor(node.op().addend_arg);
-    return inputs;
+    OpArgs args = node.op_args();
+    OpShardingRule rule = node.op().sharding_rule(args, in_types, out_types);
+    const int addend = node.op().addend_arg.empty() ? -1 : args.tensor(node.op().addend_arg);
+    return {std::move(args), std::move(rule), addend};
+  }
+
+  // Settles `current`, an op's operands as they are, for choosing its plan:
+  // a partial operand reduced here, whose reduction another consumer
+  // already made, is that reduced copy and offers that copy's layout.
+  // Returns whether the partial operands stay partial (partials_stay).
+  bool settle_operands(const Node& node, std::vector<const Rep*>& current) const {
+    const bool partials_kept = partials_stay(node, current);
+    for (std::size_t o = 0; o < current.size(); ++o) {
+      if (current[o]->unreduced.empty() || partials_kept) continue;
+      if (const auto reduced = reduced_.find(node.inputs()[o]); reduced != reduced_.end()) current[o] = &reduced->second;
+    }
+    return partials_kept;
   }
 
   // The factor shardings of `node` with its operands as `current`. An op
@@ -685,18 +699,12 @@ class Partitioner {
     const OpPlanInputs inputs = plan_inputs(node);
     const OpShardingRule& rule = inputs.rule;
     const int addend = inputs.addend;
-    const OpArgs global_args = node.op_args();
+    const OpArgs& global_args = inputs.args;
 
-    // The operands as they are now. A partial operand reduced here, whose
-    // reduction another consumer already made, is that reduced copy: it
-    // offers that copy's layout.
+    // The operands as they are now.
     std::vector<const Rep*> current;
     for (const Value* v : operands) current.push_back(&reps_.at(v));
-    const bool partials_kept = partials_stay(node, current);
-    for (std::size_t o = 0; o < operands.size(); ++o) {
-      if (current[o]->unreduced.empty() || partials_kept) continue;
-      if (const auto reduced = reduced_.find(operands[o]); reduced != reduced_.end()) current[o] = &reduced->second;
-    }
+    const bool partials_kept = settle_operands(node, current);
 
     // 1. Factor shardings.
     std::vector<std::vector<int>> factor_axes =

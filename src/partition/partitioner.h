@@ -44,6 +44,16 @@ inline bool tiles_nest(int64_t size, int64_t outer_tiles, int64_t inner_tiles) {
   const auto tile = [size](int64_t tiles) { return size / tiles + (size % tiles != 0 ? 1 : 0); };
   return outer_tiles == 1 || tile(outer_tiles) == inner_tiles / outer_tiles * tile(inner_tiles);
 }
+// The same for a dim split over mesh axes `inner` and over its first
+// `outer` of them.
+inline bool tiles_nest(const Mesh& mesh, int64_t size, const std::vector<int>& inner, std::size_t outer) {
+  int64_t outer_tiles = 1, inner_tiles = 1;
+  for (std::size_t k = 0; k < inner.size(); ++k) {
+    inner_tiles *= mesh.axis_size(inner[k]);
+    if (k < outer) outer_tiles *= mesh.axis_size(inner[k]);
+  }
+  return tiles_nest(size, outer_tiles, inner_tiles);
+}
 
 // A value's current local representation on every device.
 struct Rep {

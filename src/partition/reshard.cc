@@ -147,9 +147,7 @@ class Resharder {
  private:
   // Whether dim `dim` over `inner` nests in it over its first `outer` axes.
   bool nests(int dim, std::size_t outer, const std::vector<int>& inner) const {
-    return tiles_nest(global_[static_cast<std::size_t>(dim)],
-                      b_.axes_size({inner.begin(), inner.begin() + static_cast<std::ptrdiff_t>(outer)}),
-                      b_.axes_size(inner));
+    return tiles_nest(b_.mesh(), global_[static_cast<std::size_t>(dim)], inner, outer);
   }
 
   bool even(int dim, const std::vector<int>& axes) const {

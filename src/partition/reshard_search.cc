@@ -175,8 +175,7 @@ class Search {
 
   // Whether dim `dim` over `inner` nests in it over its first `outer` axes.
   bool nests(std::size_t dim, std::size_t outer, const std::vector<int>& inner) const {
-    return tiles_nest(global_[dim], group_size({inner.begin(), inner.begin() + static_cast<std::ptrdiff_t>(outer)}),
-                      group_size(inner));
+    return tiles_nest(mesh_, global_[dim], inner, outer);
   }
 
   int64_t group_size(const std::vector<int>& axes) const {
