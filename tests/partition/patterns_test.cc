@@ -315,6 +315,37 @@ TEST(Patterns, PartialSumsPassExactWideningsAndTheListingShowsConstants) {
   EXPECT_NE(p.program.to_string(p.graph).find(", 0, 2, 6)"), std::string::npos) << p.program.to_string(p.graph);
 }
 
+// Collectives made for more than the consumer that asked say so: a
+// reduction shared by two annotations names both, and a move made early for
+// a later annotation names that one and why it came first.
+TEST(Patterns, CollectivesMadeForSeveralUsesNameThem) {
+  const std::string mesh = R"M([0, 1, 2, 3, 4, 5, 6, 7], "(2, 2, 2)", "('a', 'b', 'c')")M";
+  const std::string shared = "func @f(%x: f32[256,256,4]) -> (f32[256,256], f32[256,256]) {\n"
+                             "  %a = " + annotate("x", "(None, 'c', 'a')", "f32[256,256,4]", mesh) + "\n"
+                             "  %s = aten::sum.dim_IntList(%a, [2]) : f32[256,256]\n"
+                             "  %b = " + annotate("s", "(None, ('a', 'b'))", "f32[256,256]", mesh) + "\n"
+                             "  %c = " + annotate("s", "('a', ('c', 'b'))", "f32[256,256]", mesh) + "\n"
+                             "  return %b, %c\n}\n";
+  const Partitioned p = partition(shared);
+  ASSERT_FALSE(p.program.collectives.empty()) << p.program.to_string(p.graph);
+  EXPECT_NE(p.program.collectives[0].reason.find(
+                "the annotation at %b (and the annotation at %c, sharing the reduction) needs values reduced over 'a'"),
+            std::string::npos)
+      << p.program.collectives[0].reason;
+
+  const std::string chain = "func @f(%x: f32[1024,8]) -> (f32[1024,8]) {\n"
+                            "  %a = " + annotate("x", "('c', None)", "f32[1024,8]", mesh) + "\n"
+                            "  %b0 = " + annotate("a", "(('a', 'b'), None)", "f32[1024,8]", mesh) + "\n"
+                            "  %b1 = " + annotate("b0", "('a', None)", "f32[1024,8]", mesh) + "\n"
+                            "  return %b1\n}\n";
+  const Partitioned q = partition(chain);
+  ASSERT_EQ(q.program.collectives.size(), 1u) << q.program.to_string(q.graph);
+  EXPECT_NE(q.program.collectives[0].reason.find(
+                "the annotation at %b1 (moved here, before the annotation at %b0, as both then cost least)"),
+            std::string::npos)
+      << q.program.collectives[0].reason;
+}
+
 TEST(Patterns, UnevenReshardsAreReported) {
   // 5 rows over ('x', 'y') (tiles of 1) -> over 'x' alone (tiles of 3): the
   // shards do not nest, so the dim is gathered whole and sliced again, with a
