@@ -4,34 +4,20 @@
 
 #include "shardflow/tensor/parallel.h"
 
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #endif
 
 namespace shardflow::detail {
 namespace {
 
-// One SIMD register of floats. The lane sums are deterministic for a given
-// build; builds for different instruction sets differ in the last bits.
-#if defined(__AVX512F__)
-struct Vec {
-  using T = __m512;
-  static constexpr int64_t kLanes = 16;
-  static T zero() { return _mm512_setzero_ps(); }
-  static T load(const float* p) { return _mm512_loadu_ps(p); }
-  static void store(float* p, T v) { _mm512_storeu_ps(p, v); }
-  static T broadcast(float x) { return _mm512_set1_ps(x); }
-  static T fma(T a, T b, T c) { return _mm512_fmadd_ps(a, b, c); }
-  static T add(T a, T b) { return _mm512_add_ps(a, b); }
-  // GCC 12 flags the intrinsic's deliberately undefined register as
-  // (maybe-)uninitialized where it is inlined.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-  static float sum(T v) { return _mm512_reduce_add_ps(v); }
-#pragma GCC diagnostic pop
-};
-#elif defined(__AVX2__) && defined(__FMA__)
+// One SIMD register of floats: 256 bits also where AVX-512 is there. The
+// kernels here wait on memory, not on arithmetic, and on the 2-core dev VM
+// (AMD EPYC, AVX-512) rows read with 256-bit loads streamed from memory at
+// a median 46-52 GB/s against 43-45 with 512-bit ones. The lane sums are
+// deterministic for a given build; AVX2 and plain builds differ in the last
+// bits.
+#if defined(__AVX2__) && defined(__FMA__)
 struct Vec {
   using T = __m256;
   static constexpr int64_t kLanes = 8;
@@ -73,10 +59,19 @@ constexpr int kChains = 4;
 // past the matrix's end is harmless, a prefetch never faults). The
 // prefetches are non-temporal: a weight is read once per step, and keeping
 // it out of the outer caches leaves them to the activations and the KV
-// cache. Against the kernel this replaced, which read eight rows side by
-// side, stories110M decode on one device went from 94-116 to 125-147 tok/s
-// in alternating runs.
+// cache. On the dev VM, whose memory alternates between two speeds, rows
+// read from memory with this prefetch at a median 46-52 GB/s, without it at
+// 40 or 59: the prefetch holds in both.
 constexpr int64_t kPrefetchAhead = 512;
+
+// The rows of x that share one read of a weight row: their accumulators
+// (kChains each) must fit the vector registers beside the loads, 32 with
+// AVX-512 and 16 with AVX2. Further rows read the row again from L1.
+#if defined(__AVX512F__)
+constexpr int kRowsPerRead = 4;
+#else
+constexpr int kRowsPerRead = 2;
+#endif
 
 // out[b] = the weight row at w dotted with row b of the `kBatch` rows of x
 // (ldx apart). Each element's chains, their pairwise sum, the lane sum and
@@ -121,18 +116,22 @@ void dot_row(const float* w, int64_t k, const float* x, int64_t ldx, float out[k
   }
 }
 
-// Rows [begin, end) of y = x B^T for kBatch rows of x. Up to four rows of x
-// share one read of a weight row (16 accumulators fit AVX-512's 32
-// registers with the loads beside); the rest read it again from L1.
+// dot_row for kBatch rows of x, kRowsPerRead at a time.
+template <int kBatch>
+void dot_rows(const float* w, int64_t k, const float* x, int64_t ldx, float out[kBatch]) {
+  constexpr int kFirst = kBatch < kRowsPerRead ? kBatch : kRowsPerRead;
+  dot_row<kFirst>(w, k, x, ldx, out);
+  if constexpr (kBatch > kFirst) dot_rows<kBatch - kFirst>(w, k, x + kFirst * ldx, ldx, out + kFirst);
+}
+
+// Rows [begin, end) of y = x B^T for kBatch rows of x, kRowsPerRead rows
+// of x per read of a weight row.
 template <int kBatch>
 void gemv_rows(int64_t begin, int64_t end, int64_t k, const float* w, const float* x, int64_t ldx, float* y,
                int64_t ldy, bool accumulate) {
-  constexpr int kFirst = kBatch < 4 ? kBatch : 4;
-  constexpr int kRest = kBatch - kFirst;
   for (int64_t r = begin; r < end; ++r) {
     float sums[kBatch];
-    dot_row<kFirst>(w + r * k, k, x, ldx, sums);
-    if constexpr (kRest > 0) dot_row<kRest>(w + r * k, k, x + kFirst * ldx, ldx, sums + kFirst);
+    dot_rows<kBatch>(w + r * k, k, x, ldx, sums);
     for (int b = 0; b < kBatch; ++b) {
       float& out = y[b * ldy + r];
       out = accumulate ? out + sums[b] : sums[b];
