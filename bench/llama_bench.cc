@@ -40,14 +40,14 @@
 #include <benchmark/benchmark.h>
 
 #include <chrono>
+#include <cstring>
 #include <map>
 #include <numeric>
 #include <set>
 #include <thread>
 
-#if defined(__SSE2__)
-#include <immintrin.h>
-#endif
+#include <unistd.h>
+
 
 #include "shardflow/models/llama.h"
 #include "shardflow/runtime/runtime.h"
@@ -66,73 +66,82 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-template <bool kPrefetch = false>
-void stream_wide(const float* p, std::size_t n);
-
-// Shapes of the same streaming sum: on this VM one thread often reads
-// fastest with 16-byte loads and two threads with the widest ones.
-void stream_narrow(const float* p, std::size_t n) {
-#if defined(__SSE2__)
-  __m128 acc[8];
-  for (__m128& a : acc) a = _mm_setzero_ps();
-  for (std::size_t i = 0; i < n; i += 32) {
-    for (std::size_t k = 0; k < 8; ++k) acc[k] = _mm_add_ps(acc[k], _mm_loadu_ps(p + i + 4 * k));
-  }
-  benchmark::DoNotOptimize(acc);
-#else
-  stream_wide(p, n);
-#endif
-}
-
-// kPrefetch adds the decode kernel's non-temporal prefetch 2 KiB ahead (the
-// two lines of each step): without that shape the decode steps sometimes
-// read faster than the bound.
-template <bool kPrefetch>
-void stream_wide(const float* p, std::size_t n) {
-  float acc[32] = {};  // independent add chains, vectorised to the machine's width
-  for (std::size_t i = 0; i < n; i += 32) {
+// One shape of a streaming sum over n floats (a multiple of 128): eight
+// add chains of kBytes-wide vectors, with or without the decode kernel's
+// non-temporal prefetch 2 KiB ahead. Which shape reads fastest differs by
+// machine and, on the dev VM, from minute to minute, so the probe takes the
+// best of them: the bound is what some plain read loop reaches.
+template <int kBytes, bool kPrefetch>
+void stream(const float* p, std::size_t n) {
+  using V [[gnu::vector_size(kBytes)]] = float;
+  constexpr std::size_t kLanes = kBytes / sizeof(float);
+  V acc[8] = {};
+  for (std::size_t i = 0; i < n; i += 8 * kLanes) {
     if constexpr (kPrefetch) {
-      __builtin_prefetch(p + i + 512, 0, 0);
-      __builtin_prefetch(p + i + 528, 0, 0);
+      for (std::size_t line = 0; line < 8 * kLanes; line += 16) __builtin_prefetch(p + i + line + 512, 0, 0);
     }
-    for (std::size_t k = 0; k < 32; ++k) acc[k] += p[i + k];
+    for (std::size_t k = 0; k < 8; ++k) {
+      V v;
+      std::memcpy(&v, p + i + k * kLanes, kBytes);
+      acc[k] += v;
+    }
   }
-  benchmark::DoNotOptimize(acc);
+  for (std::size_t k = 1; k < 8; ++k) acc[0] += acc[k];
+  float lanes[kLanes];
+  std::memcpy(lanes, &acc[0], kBytes);
+  benchmark::DoNotOptimize(lanes[0]);
 }
 
-// Bytes per second of streaming reads through a buffer far larger than the
-// last-level cache: the best of the loop shapes, on one thread and on as
-// many as the kernels use.
+// The last-level cache as the C library reports it; 0 when unknown. A VM
+// may report the whole host's (the 2-core dev VM says 508 MiB).
+int64_t llc_bytes() {
+  const long bytes = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  return bytes > 0 ? bytes : 0;
+}
+
+// Bytes per second of streaming reads: the best of the loop shapes, on one
+// thread and on as many as the kernels use. measure() reads the whole
+// buffer, four times the last-level cache and at least 1 GiB, so that it
+// comes from memory; measure(bytes) reads its first `bytes` pass after pass,
+// keeping in the caches what they hold of a working set that size.
 class BandwidthProbe {
  public:
   // The buffer comes from the tensor allocator, as the weights do (page
   // alignment), so that both stream from the same kind of memory.
-  BandwidthProbe() : buffer_(sf::DenseTensor::empty(sf::DType::kF32, {(int64_t{1} << 30) / 4})) {
+  BandwidthProbe()
+      : buffer_(sf::DenseTensor::empty(sf::DType::kF32, {std::max(int64_t{1} << 30, 4 * llc_bytes()) / 4})) {
     std::fill(data(), data() + size(), 1.0f);
   }
 
-  double measure() {
+  double measure() { return measure(size() * sizeof(float)); }
+
+  double measure(double bytes) {
     const float* buffer = data();
+    const std::size_t floats = std::min(size(), static_cast<std::size_t>(bytes / sizeof(float)));
     double best = 0;
     for (int threads : {1, sf::kernel_threads()}) {
-      const std::size_t part = size() / static_cast<std::size_t>(threads) / 32 * 32;
+      const std::size_t part = floats / static_cast<std::size_t>(threads) / 128 * 128;
       // Two passes of each: a single pass on this VM sometimes reads at
       // half speed, which would lower the bound.
-      for (auto* stream : {&stream_narrow, &stream_wide<false>, &stream_wide<true>, &stream_narrow,
-                           &stream_wide<false>, &stream_wide<true>}) {
-        const auto start = std::chrono::steady_clock::now();
-        std::vector<std::thread> helpers;
-        for (int t = 1; t < threads; ++t) {
-          helpers.emplace_back(stream, buffer + part * static_cast<std::size_t>(t), part);
+      for (int pass = 0; pass < 2; ++pass) {
+        for (auto* stream : {&stream<16, false>, &stream<32, false>, &stream<32, true>, &stream<64, false>,
+                             &stream<64, true>}) {
+          const auto start = std::chrono::steady_clock::now();
+          std::vector<std::thread> helpers;
+          for (int t = 1; t < threads; ++t) {
+            helpers.emplace_back(stream, buffer + part * static_cast<std::size_t>(t), part);
+          }
+          stream(buffer, part);
+          for (std::thread& helper : helpers) helper.join();
+          best = std::max(best, static_cast<double>(part * static_cast<std::size_t>(threads) * sizeof(float)) /
+                                    seconds_since(start));
         }
-        stream(buffer, part);
-        for (std::thread& helper : helpers) helper.join();
-        best = std::max(best, static_cast<double>(part * static_cast<std::size_t>(threads) * sizeof(float)) /
-                                  seconds_since(start));
       }
     }
     return best;
   }
+
+  double bytes() const { return static_cast<double>(size() * sizeof(float)); }
 
  private:
   float* data() { return buffer_.data_as<float>(); }
@@ -242,7 +251,10 @@ class StepMatmuls {
 
 struct Result {
   double prefill_tok_s = 0, decode_tok_s = 0, weight_bytes = 0;
-  double bandwidth = 0, bw_fraction = 0, matmul_bw_fraction = 0;  // one device, batch 1
+  // One device, batch 1: memory bandwidth and the fractions of it reached;
+  // the same against a read of the weights' bytes alone.
+  double bandwidth = 0, bw_fraction = 0, matmul_bw_fraction = 0;
+  double same_bytes_bandwidth = 0, same_bytes_bw_fraction = 0, probe_bytes = 0;
   int64_t collectives = 0, resident = 0, peak = 0;
   double collective_bytes = 0, megatron_bytes = 0;  // sent per device per decode step
 };
@@ -289,7 +301,7 @@ Result measure(const llama::Config& config, const std::vector<int64_t>& mesh_sha
     BandwidthProbe probe;
     StepMatmuls matmuls(model.weights());
     constexpr int64_t kChunks = 5;
-    std::vector<double> bandwidths{probe.measure()}, rates, matmul_rates;
+    std::vector<double> bandwidths{probe.measure()}, same_bytes{probe.measure(r.weight_bytes)}, rates, matmul_rates;
     double seconds = 0;
     for (int64_t chunk = 0; chunk < kChunks; ++chunk) {
       // The first timed step rewrites the same cache slot.
@@ -307,17 +319,22 @@ Result measure(const llama::Config& config, const std::vector<int64_t>& mesh_sha
       for (int64_t s = 0; s < static_cast<int64_t>(chunk_steps); ++s) matmuls.run();
       matmul_rates.push_back(chunk_steps * r.weight_bytes / seconds_since(start));
       bandwidths.push_back(probe.measure());
+      same_bytes.push_back(probe.measure(r.weight_bytes));
     }
-    std::vector<double> fractions, matmul_fractions;
+    std::vector<double> fractions, matmul_fractions, same_bytes_fractions;
     for (std::size_t chunk = 0; chunk < rates.size(); ++chunk) {
       const double bound = std::max(bandwidths[chunk], bandwidths[chunk + 1]);
       fractions.push_back(rates[chunk] / bound);
       matmul_fractions.push_back(matmul_rates[chunk] / bound);
+      same_bytes_fractions.push_back(rates[chunk] / std::max(same_bytes[chunk], same_bytes[chunk + 1]));
     }
     r.decode_tok_s = static_cast<double>(steps) / seconds;
     r.bandwidth = median(bandwidths);
     r.bw_fraction = median(fractions);
     r.matmul_bw_fraction = median(matmul_fractions);
+    r.same_bytes_bandwidth = median(same_bytes);
+    r.same_bytes_bw_fraction = median(same_bytes_fractions);
+    r.probe_bytes = probe.bytes();
   } else {
     start = std::chrono::steady_clock::now();
     for (int64_t s = 0; s < steps; ++s) benchmark::DoNotOptimize(model.forward(next, kPrompt + s, cache).value());
@@ -344,17 +361,35 @@ Result measure(const llama::Config& config, const std::vector<int64_t>& mesh_sha
   return r;
 }
 
+// The named configs, and "1.1B": TinyLlama-1.1B's shape (grouped-query
+// attention, untied head; 4.1 GiB of f32 weights, past any cache), for
+// decode from memory.
+llama::Config bench_config(const std::string& name) {
+  if (name != "1.1B") return llama::Config::named(name);
+  llama::Config c;
+  c.name = name;
+  c.dim = 2048;
+  c.hidden_dim = 5632;
+  c.n_layers = 22;
+  c.n_heads = 32;
+  c.n_kv_heads = 4;
+  c.vocab_size = 32000;
+  c.seq_len = 2048;
+  c.shared_classifier = false;
+  return c;
+}
+
 // One-device baselines, per (config, batch), measured once per process.
 const Result& baseline(const std::string& name, int64_t batch, int64_t steps) {
   static std::map<std::pair<std::string, int64_t>, Result> cache;
   auto it = cache.find({name, batch});
-  if (it == cache.end()) it = cache.emplace(std::make_pair(name, batch), measure(llama::Config::named(name), {1, 1, 1}, batch, steps)).first;
+  if (it == cache.end()) it = cache.emplace(std::make_pair(name, batch), measure(bench_config(name), {1, 1, 1}, batch, steps)).first;
   return it->second;
 }
 
 void Generate(benchmark::State& state, const std::string& name, std::vector<int64_t> mesh, int64_t batch) {
-  const llama::Config config = llama::Config::named(name);
-  const int64_t steps = name == "stories15M" ? 120 : 24;
+  const llama::Config config = bench_config(name);
+  const int64_t steps = name == "stories15M" ? 120 : name == "1.1B" ? 15 : 24;
   const Result& one = baseline(name, batch, steps);
   Result r;
   for (auto _ : state) r = mesh == std::vector<int64_t>{1, 1, 1} ? one : measure(config, mesh, batch, steps);
@@ -374,6 +409,11 @@ void Generate(benchmark::State& state, const std::string& name, std::vector<int6
     state.counters["bw_GB_s"] = r.bandwidth / 1e9;
     state.counters["bw_fraction"] = r.bw_fraction;
     state.counters["matmul_bw_fraction"] = r.matmul_bw_fraction;
+    state.counters["llc_MiB"] = static_cast<double>(llc_bytes()) / (1 << 20);
+    state.counters["probe_MiB"] = r.probe_bytes / (1 << 20);
+    state.counters["weights_MiB"] = r.weight_bytes / (1 << 20);
+    state.counters["same_bytes_bw_GB_s"] = r.same_bytes_bandwidth / 1e9;
+    state.counters["same_bytes_bw_fraction"] = r.same_bytes_bw_fraction;
   }
 }
 
@@ -387,5 +427,6 @@ BENCHMARK_CAPTURE(Generate, stories110M_1dev, "stories110M", {1, 1, 1}, 1)->Iter
 BENCHMARK_CAPTURE(Generate, stories110M_mesh_1_1_8, "stories110M", {1, 1, 8}, 1)->Iterations(1)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(Generate, stories110M_1dev_batch4, "stories110M", {1, 1, 1}, 4)->Iterations(1)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(Generate, stories110M_mesh_4_1_2, "stories110M", {4, 1, 2}, 4)->Iterations(1)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(Generate, 1_1B_1dev, "1.1B", {1, 1, 1}, 1)->Iterations(1)->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();
