@@ -1,31 +1,39 @@
 // LLaMA 2 generation speed: stories15M and stories110M shapes (random
 // weights), prefill of a 128-token prompt and decode, on 1 device and on 8
 // in-process devices (mesh 4,1,2 with batch 4, and 1,1,8 with batch 1),
-// each against one device at the same batch, measured in this process.
+// each against one device at the same batch, measured in this process; and
+// decode of a 1.1B shape (TinyLlama's) on 1 device, whose weights no cache
+// holds.
 //
 // Counters:
 //   prefill_tok_s, decode_tok_s   tokens per second (all batch rows)
 //   decode_vs_1, prefill_vs_1     ratio to one device at the same batch
 //   bw_fraction                   (1 device, batch 1) decode tokens/s divided
 //                                 by the bound: read bandwidth of this machine
-//                                 (streaming read of 1 GiB, the best of one
-//                                 thread and kernel_threads threads, three
-//                                 loop shapes, two passes each) / weight bytes a
-//                                 decode step reads;
+//                                 (bw_GB_s: streaming read of probe_MiB, four
+//                                 times the last-level cache llc_MiB and at
+//                                 least 1 GiB; the best of one thread and
+//                                 kernel_threads threads, five loop shapes,
+//                                 two passes each) / weight bytes a decode
+//                                 step reads (weights_MiB);
 //                                 the median over 5 chunks of decode steps,
 //                                 each bounded by the faster of the probes
 //                                 right before and right after it, and
-//                                 timed after one untimed step
-//   matmul_bw_fraction            the same for the decode step's matrix
-//                                 products alone (its weights, its order, one
-//                                 row of x), run after each chunk: what the
-//                                 kernel reaches; the gap to bw_fraction is
-//                                 the step's other ops and the interpreter.
-//                                 Above 1 when some weights stay in the
-//                                 last-level cache from step to step (on the
-//                                 2-core dev VM ~10% of stories110M's, and
-//                                 with the cache evicted between steps the
-//                                 products read at 0.92-1.03 of the bound)
+//                                 timed after one untimed step. Above 1 when
+//                                 the caches keep some weights from step to
+//                                 step (this VM reports a 508 MiB L3, more
+//                                 than stories110M's weights)
+//   same_bytes_bw_fraction        the same against a read of weights_MiB
+//                                 pass after pass (same_bytes_bw_GB_s): what
+//                                 the caches give a working set that size,
+//                                 near or below 1 (reads at most the
+//                                 probe's size)
+//   matmul_bw_fraction            the same as bw_fraction for the decode
+//                                 step's matrix products alone (its weights,
+//                                 its order, one row of x), run after each
+//                                 chunk: what the kernel reaches; the gap to
+//                                 bw_fraction is the step's other ops and the
+//                                 interpreter
 //   collectives, vs_megatron      collectives per decode step; ratio to the
 //                                 Megatron minimum (2 all-reduces per layer)
 //   bytes_vs_megatron             bytes each device sends per decode step in
@@ -47,7 +55,6 @@
 #include <thread>
 
 #include <unistd.h>
-
 
 #include "shardflow/models/llama.h"
 #include "shardflow/runtime/runtime.h"

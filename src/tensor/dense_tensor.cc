@@ -10,6 +10,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include <sys/mman.h>
+
 #include "device_memory_counter.h"
 #include "shardflow/base/error.h"
 
@@ -101,6 +103,7 @@ class BufferPool {
     // block, 64 bytes into a page, made every matrix-vector product of a
     // stories110M decode step stream its weights 8-13% slower on the 2-core
     // AMD EPYC VM this was measured on (same kernel, same bytes).
+    if (bytes >= kHugePage) return take_huge(bytes);
     void* memory = std::aligned_alloc(alignment_for(bytes), bytes);
     if (memory == nullptr) throw Error(fmt::format("out of memory allocating {} bytes", bytes));
     return memory;
@@ -111,6 +114,26 @@ class BufferPool {
   }
 
  private:
+  static constexpr std::size_t kHugePage = std::size_t{2} << 20;
+
+  // Buffers of 2 MiB and more start on a 2 MiB boundary and ask the kernel
+  // for transparent huge pages (which Debian gives only where asked). A
+  // decode step streams every weight once; on 4 KiB pages the hardware
+  // prefetcher stops at each page and the TLB misses every 4 KiB. Decode of
+  // a 1.1B shape (3.9 GiB of weights) on the dev VM went from 11.5-12.2 to
+  // 12.6-13.5 tok/s in alternating runs. Where huge pages are off, madvise
+  // fails and the buffer is an ordinary one.
+  static void* take_huge(std::size_t bytes) {
+    void* memory = nullptr;
+    if (posix_memalign(&memory, kHugePage, bytes) != 0) {
+      throw Error(fmt::format("out of memory allocating {} bytes", bytes));
+    }
+#if defined(MADV_HUGEPAGE)
+    madvise(memory, bytes / kHugePage * kHugePage, MADV_HUGEPAGE);
+#endif
+    return memory;
+  }
+
   void* take_cached(std::size_t bytes) {
     if (bytes < kPooledMin) return small_buffers_alive ? small_buffers.take(bytes) : nullptr;
     std::lock_guard lock(mutex_);
