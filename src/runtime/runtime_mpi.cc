@@ -206,10 +206,13 @@ void MpiRuntime::run(const Program& program) {
 }
 
 void MpiRuntime::abort_job(std::string_view message, int status) {
-  // Bad input fails on every rank at once: the other ranks give rank 0 a
-  // moment to report it and end the job, so the error is printed once, not
-  // once per rank. An error of one rank alone is printed a second later.
-  if (rank_ != 0) std::this_thread::sleep_for(std::chrono::seconds(1));
+  // Bad input fails on every rank at once: the other ranks give rank 0 time
+  // to report it and end the job, so the error is printed once, not once
+  // per rank. An error of one rank alone is printed kOtherRanksWait later.
+  // One second was too short on the 2-core VM under a parallel ctest: the
+  // abort reached the other ranks after they had printed.
+  constexpr auto kOtherRanksWait = std::chrono::seconds(10);
+  if (rank_ != 0) std::this_thread::sleep_for(kOtherRanksWait);
   const std::string line = fmt::format("shardflow: rank {} of {}: {}\n", rank_, size_, message);
   std::fflush(nullptr);  // what was printed before the error, then the error
   std::fputs(line.c_str(), stderr);
