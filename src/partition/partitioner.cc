@@ -7,8 +7,8 @@
 //     free; factors that need replication take none. When computing in the
 //     operands' layout and moving the results costs less, that wins;
 //  2. reshard every operand whose layout differs from what the factors ask
-//     (reshard.cc), except that partial sums may stay partial through ops
-//     that are linear in them;
+//     (value_moves.cc, reshard.cc), except that partial sums may stay
+//     partial through ops that are linear in them;
 //  3. overwrite padding with the reduction's identity where a sharded dim is
 //     reduced or contracted and does not divide evenly, and keep an addend
 //     (linear's bias) on one device of each group the contraction spans;
