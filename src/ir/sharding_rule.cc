@@ -46,6 +46,7 @@ std::string OpShardingRule::to_string() const {
   list(FactorKind::kReduction, "reduction");
   list(FactorKind::kNeedReplication, "need_replication");
   list(FactorKind::kPermutation, "permutation");
+  list(FactorKind::kIndexed, "indexed");
   return out;
 }
 

@@ -6,12 +6,16 @@
 // too).
 //
 // Sharding rules list the result's dims first, in order, then the factors
-// the result lacks. The indexed dim of the data operand is need-replication,
-// as any index may read or write any of its rows. Examples:
+// the result lacks. The dim embedding and index_select read from is
+// indexed: sharded, each device looks up the indices in its shard and gives
+// zeros for the rest, and the partial results add up to the lookup (GSPMD
+// partitions a gather from a sharded operand the same way). The dims that
+// index_copy writes and gather reads are need-replication, as any index may
+// write or read any of their rows. Examples:
 //   embedding f32[100,16], i64[4,8]:
-//     ([l, k], [i, j])->([i, j, k]) {i=4, j=8, k=16, l=100} need_replication={l}
+//     ([l, k], [i, j])->([i, j, k]) {i=4, j=8, k=16, l=100} indexed={l}
 //   index_select f32[8,16], dim 1, i64[4]:
-//     ([i, k], [j])->([i, j]) {i=8, j=4, k=16} need_replication={k}
+//     ([i, k], [j])->([i, j]) {i=8, j=4, k=16} indexed={k}
 //   index_copy f32[2,16,8,4], dim 1, i64[3], f32[2,3,8,4] (a KV-cache update):
 //     ([i, j, k, l], [m], [i, m, k, l])->([i, j, k, l]) {i=2, j=16, k=8, l=4, m=3}
 //     need_replication={j, m}
@@ -19,6 +23,7 @@
 //     ([i, k], [i, j])->([i, j]) {i=4, j=3, k=10} need_replication={k}
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "families.h"
@@ -116,6 +121,28 @@ DenseTensor select_rows(const DenseTensor& in, Slab in_slab, std::span<const int
   return out;
 }
 
+// select_rows on a shard of the indexed dim that starts at global row
+// `window.begin`: indices inside it pick its rows, the others give zeros.
+// `in_slab.size` is the shard's padded size; rows past the dim's global end
+// are padding and never read.
+DenseTensor select_rows_in_window(const DenseTensor& in, Slab in_slab, std::span<const int64_t> indices,
+                                  const IndexWindow& window, const TensorType& out_type) {
+  DenseTensor out = DenseTensor::zeros(out_type.dtype, out_type.shape);
+  const int64_t rows = std::clamp<int64_t>(window.global_size - window.begin, 0, in_slab.size);
+  const std::size_t row = static_cast<std::size_t>(in_slab.inner) * element_size(in.dtype());
+  const std::byte* src = in.data();
+  std::byte* dst = out.data();
+  for (int64_t o = 0; o < in_slab.outer; ++o) {
+    const std::byte* slab = src + static_cast<std::size_t>(o * in_slab.size) * row;
+    for (int64_t k : indices) {
+      const int64_t local = k - window.begin;
+      if (local >= 0 && local < rows) std::memcpy(dst, slab + static_cast<std::size_t>(local) * row, row);
+      dst += row;
+    }
+  }
+  return out;
+}
+
 // ---------------------------------------------------------------- embedding
 
 TensorType embedding_type(std::span<const TensorType> in) {
@@ -143,7 +170,7 @@ void register_embedding(OpRegistry& r) {
     const int batch = static_cast<int>(in[1].rank());
     for (int d = 0; d < batch; ++d) b.add_factor({-1, d}, {d}, in[1].shape[static_cast<std::size_t>(d)]);
     b.add_factor({1, -1}, {batch}, in[0].shape[1]);  // D: each row is copied whole
-    b.add_factor({0, -1}, {-1}, in[0].shape[0], kNeedReplication);  // V: any index reads any row
+    b.add_factor({0, -1}, {-1}, in[0].shape[0], FactorKind::kIndexed);  // V: looked up
     return b.build();
   };
   // padding_idx, scale_grad_by_freq and sparse only change the gradient.
@@ -154,6 +181,14 @@ void register_embedding(OpRegistry& r) {
     check_indices(indices, vocabulary, [&](int64_t i) { return out_of_range_in_self(i, 0, vocabulary); });
     const Slab rows{1, vocabulary, in[0].shape()[1]};
     return std::vector<DenseTensor>{select_rows(in[0], rows, indices, out_type)};
+  };
+  def.windowed_kernel = [](const OpArgs&, std::span<const DenseTensor> in, const IndexWindow& window) {
+    const TensorType out_type = embedding_type(types_of(in));
+    const std::vector<int64_t> indices = index_values(in[1]);
+    const int64_t vocabulary = window.global_size;
+    check_indices(indices, vocabulary, [&](int64_t i) { return out_of_range_in_self(i, 0, vocabulary); });
+    const Slab rows{1, in[0].shape()[0], in[0].shape()[1]};
+    return std::vector<DenseTensor>{select_rows_in_window(in[0], rows, indices, window, out_type)};
   };
   r.add("aten::embedding(Tensor weight, Tensor indices, SymInt padding_idx=-1, "
         "bool scale_grad_by_freq=False, bool sparse=False) -> Tensor",
@@ -200,7 +235,7 @@ void register_index_select(OpRegistry& r) {
           b.add_factor({d, -1}, {d}, extent);
         }
       }
-      b.add_operand_only(0, dim, kNeedReplication);
+      b.add_operand_only(0, dim, FactorKind::kIndexed);
     }
     return b.build();
   };
@@ -212,6 +247,15 @@ void register_index_select(OpRegistry& r) {
     const std::vector<int64_t> indices = index_values(in[1]);
     check_indices(indices, rows.size, [&](int64_t i) { return out_of_range_in_self(i, dim, rows.size); });
     return std::vector<DenseTensor>{select_rows(self, rows, indices, out_type)};
+  };
+  def.windowed_kernel = [](const OpArgs& args, std::span<const DenseTensor> in, const IndexWindow& window) {
+    const TensorType out_type = index_select_type(args, types_of(in));
+    const DenseTensor& self = in[0];
+    const int64_t dim = wrap_dim(args.get_int("dim"), self.rank());
+    const std::vector<int64_t> indices = index_values(in[1]);
+    check_indices(indices, window.global_size,
+                  [&](int64_t i) { return out_of_range_in_self(i, dim, window.global_size); });
+    return std::vector<DenseTensor>{select_rows_in_window(self, slab(self.shape(), dim), indices, window, out_type)};
   };
   r.add("aten::index_select(Tensor self, int dim, Tensor index) -> Tensor", std::move(def));
 }

@@ -118,8 +118,8 @@ void make_representable(const OpShardingRule& rule, std::vector<std::vector<int>
 }
 
 // Whether following the result's layout for factor f would re-slice an
-// operand that the op only picks from (it has a need-replication factor:
-// embedding's table, index_select's source) and that is larger than the
+// operand that the op only picks from (it has a need-replication or indexed
+// factor: embedding's table, index_select's source) and that is larger than the
 // result. The slice would copy 1/n of the operand on every run while the
 // op reads a few rows of it; computing on the operand's layout and slicing
 // the small result instead costs next to nothing.
@@ -132,7 +132,8 @@ bool slices_a_picked_from_operand(const OpShardingRule& rule,
     for (const std::vector<int>& factors : rule.operands[o]) {
       for (int g : factors) {
         has_f = has_f || g == static_cast<int>(f);
-        picked_from = picked_from || rule.factors[static_cast<std::size_t>(g)].kind == FactorKind::kNeedReplication;
+        const FactorKind kind = rule.factors[static_cast<std::size_t>(g)].kind;
+        picked_from = picked_from || kind == FactorKind::kNeedReplication || kind == FactorKind::kIndexed;
       }
     }
     if (has_f && picked_from && offered_axes(offered[o], f) != wanted &&
@@ -184,6 +185,30 @@ bool slicing_whole_operands_is_cheaper(const FactorChoice& c, const std::vector<
   return result_bytes < shard_bytes;
 }
 
+// An operand sharded on an indexed factor (embedding's table over its
+// vocabulary): looking up in the shards leaves a partial result, which an
+// all-reduce sends about twice of; the alternative gathers the operand along
+// the dim. A table is far larger than the rows a step looks up; an
+// index_select that keeps most of its source is not.
+bool lookup_in_shards_is_cheaper(const FactorChoice& c, const Value& operand, const Rep& current,
+                                 const std::vector<int>& axes) {
+  const Mesh& mesh = c.mesh;
+  int64_t shard_devices = 1, factor_devices = 1;
+  for (const std::vector<int>& dim : current.dims) {
+    for (int axis : dim) shard_devices *= mesh.axis_size(axis);
+  }
+  for (int axis : axes) factor_devices *= mesh.axis_size(axis);
+  int64_t result_bytes = 0;
+  for (const Value* result : c.node.outputs()) {
+    int64_t devices = 1;
+    for (const std::vector<int>& dim : effective_axes(mesh, c.shardings.sharding(result))) {
+      for (int axis : dim) devices *= std::find(axes.begin(), axes.end(), axis) == axes.end() ? mesh.axis_size(axis) : 1;
+    }
+    result_bytes += result->type().nbytes() / devices;
+  }
+  return 2 * result_bytes < factor_devices * (operand.type().nbytes() / shard_devices);
+}
+
 }  // namespace
 
 std::vector<std::vector<int>> choose_factors(const FactorChoice& c, FactorPlan plan) {
@@ -208,7 +233,9 @@ std::vector<std::vector<int>> choose_factors(const FactorChoice& c, FactorPlan p
   const auto take = [&](std::size_t f, const std::vector<int>& axes) {
     if (settled[f] || rule.factors[f].kind == FactorKind::kNeedReplication) return;
     if (rule.factors[f].size <= 1) return;
-    if (!in_results[f] && rule.factors[f].kind != FactorKind::kReduction) return;
+    if (!in_results[f] && rule.factors[f].kind != FactorKind::kReduction && rule.factors[f].kind != FactorKind::kIndexed) {
+      return;
+    }
     std::vector<int> free;
     for (int axis : axes) {
       if (used[static_cast<std::size_t>(axis)]) break;
@@ -288,8 +315,14 @@ std::vector<std::vector<int>> choose_factors(const FactorChoice& c, FactorPlan p
         for (int f : factors) settled[static_cast<std::size_t>(f)] = true;
       }
     }
-    for (const FactorOffer& offer : offered) {
-      for (const auto& [f, axes] : offer) take(f, axes);
+    for (std::size_t o = 0; o < operands.size(); ++o) {
+      for (const auto& [f, axes] : offered[o]) {
+        if (rule.factors[f].kind == FactorKind::kIndexed && !axes.empty() &&
+            !lookup_in_shards_is_cheaper(c, *operands[o], *current[o], axes)) {
+          continue;
+        }
+        take(f, axes);
+      }
     }
   }
 

@@ -162,8 +162,9 @@ std::vector<int> Partitioner::sharded_reduction_axes(
     ReduceOp& reduction) {
   std::vector<int> axes;
   for (std::size_t f = 0; f < rule.factors.size(); ++f) {
-    if (rule.factors[f].kind != FactorKind::kReduction || factor_axes[f].empty()) continue;
-    reduction = rule.factors[f].reduction;
+    const FactorKind kind = rule.factors[f].kind;
+    if ((kind != FactorKind::kReduction && kind != FactorKind::kIndexed) || factor_axes[f].empty()) continue;
+    reduction = kind == FactorKind::kIndexed ? ReduceOp::kSum : rule.factors[f].reduction;
     axes.insert(axes.end(), factor_axes[f].begin(), factor_axes[f].end());
   }
   return axes;
@@ -366,6 +367,30 @@ void Partitioner::lower_op(const Node& node) {
       }
     }
   }
+  // A lookup in the shards of an indexed dim: each device gives the rows its
+  // shard holds and zeros for the others.
+  int indexed_input = -1, indexed_dim = 0;
+  for (std::size_t f = 0; f < rule.factors.size() && indexed_input < 0; ++f) {
+    if (rule.factors[f].kind != FactorKind::kIndexed || factor_axes[f].empty()) continue;
+    for (std::size_t o = 0; o < operands.size() && indexed_input < 0; ++o) {
+      for (std::size_t d = 0; d < rule.operands[o].size(); ++d) {
+        const auto& mapping = rule.operands[o][d];
+        if (std::find(mapping.begin(), mapping.end(), static_cast<int>(f)) == mapping.end()) continue;
+        if (!op.windowed_kernel) {
+          throw Error(fmt::format("internal: {} has an indexed dim but no windowed kernel", op.full_name()));
+        }
+        indexed_input = static_cast<int>(o);
+        indexed_dim = static_cast<int>(d);
+        if (partial_reason.empty()) {
+          partial_reason = fmt::format("{} looks up dim {} of %{}, sharded on {} by {}: each device gives the rows "
+                                       "its shard holds and zeros for the others",
+                                       node_text(node), d, operands[o]->name(), builder_.axes_text(factor_axes[f]),
+                                       origin_text(operands[o], static_cast<int>(d)));
+        }
+        break;
+      }
+    }
+  }
   // The addend joins one partial sum of each reduction group: every other
   // device adds zeros.
   if (addend >= 0 && !partial_axes.empty()) {
@@ -395,6 +420,13 @@ void Partitioner::lower_op(const Node& node) {
   compute.op = &op;
   std::vector<BoundArg> local_args = global_args.all();
   compute.scale = scale;
+  if (indexed_input >= 0) {
+    const Rep& rep = local[static_cast<std::size_t>(indexed_input)];
+    compute.indexed_input = indexed_input;
+    compute.dim = indexed_dim;
+    compute.global_size = operands[static_cast<std::size_t>(indexed_input)]->type().shape[static_cast<std::size_t>(indexed_dim)];
+    compute.axes_before = rep.dims[static_cast<std::size_t>(indexed_dim)];
+  }
   for (const Rep& rep : local) compute.inputs.push_back(rep.slot);
   std::vector<Rep> results;
   for (std::size_t r = 0; r < node.outputs().size(); ++r) {

@@ -107,9 +107,14 @@ std::string PartitionedProgram::to_string(const Graph& graph) const {
     }
     switch (instruction.kind) {
       case InstructionKind::kCompute:
-        out += fmt::format("  {} = {}({}){}\n", outputs, instruction.op->full_name(),
+        out += fmt::format("  {} = {}({}){}{}\n", outputs, instruction.op->full_name(),
                            instruction.args ? call_arguments(instruction) : inputs,
-                           instruction.scale != 1 ? fmt::format(" * {}", instruction.scale) : "");
+                           instruction.scale != 1 ? fmt::format(" * {}", instruction.scale) : "",
+                           instruction.indexed_input < 0
+                               ? ""
+                               : fmt::format("  # looks up this device's rows of dim {} of %{} ({} rows over {})",
+                                             instruction.dim, instruction.inputs[static_cast<std::size_t>(instruction.indexed_input)],
+                                             instruction.global_size, axes_list(*mesh, instruction.axes_before)));
         break;
       case InstructionKind::kCollective: {
         const CollectiveInfo& info = collectives[static_cast<std::size_t>(instruction.collective)];

@@ -170,7 +170,9 @@ class Propagator {
         return a.tensor->bytes > b.tensor->bytes;
       });
       if (!list.front().axes.empty()) {
-        choices.push_back({static_cast<int>(f), list.front(), rule.factors[f].kind == FactorKind::kReduction});
+        // A sharded lookup leaves a partial sum, as a contraction does.
+        const bool reduction = rule.factors[f].kind == FactorKind::kReduction || rule.factors[f].kind == FactorKind::kIndexed;
+        choices.push_back({static_cast<int>(f), list.front(), reduction});
       }
     }
     std::stable_sort(choices.begin(), choices.end(), [](const Choice& a, const Choice& b) {

@@ -177,7 +177,16 @@ class DeviceRun {
                                    : slots_[static_cast<std::size_t>(slot)]);
     }
     if (!instruction.args) throw Error(fmt::format("internal: {} has no bound arguments", instruction.op->full_name()));
-    std::vector<DenseTensor> outputs = instruction.op->kernel(*instruction.args, inputs);
+    std::vector<DenseTensor> outputs;
+    if (instruction.indexed_input >= 0) {
+      const int64_t shard_rows =
+          inputs[static_cast<std::size_t>(instruction.indexed_input)].shape()[static_cast<std::size_t>(instruction.dim)];
+      const IndexWindow window{tile_index(mesh_, coords_, instruction.axes_before) * shard_rows,
+                               instruction.global_size};
+      outputs = instruction.op->windowed_kernel(*instruction.args, inputs, window);
+    } else {
+      outputs = instruction.op->kernel(*instruction.args, inputs);
+    }
     inputs.clear();  // drop the references before the results are stored
     if (outputs.size() != instruction.outputs.size()) {
       throw Error(fmt::format("internal: {} returned {} results for {} outputs", instruction.op->full_name(),

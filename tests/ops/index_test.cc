@@ -381,13 +381,13 @@ TEST(IndexOps, ShardingRules) {
   const auto f32 = [&](Shape shape) { return random_tensor(DType::kF32, std::move(shape), rng); };
   const auto idx = [&](Shape shape, int64_t hi) { return random_tensor(DType::kI64, std::move(shape), rng, 0, hi); };
   EXPECT_EQ(run_op("aten::embedding", {f32({100, 16}), idx({4, 8}, 100)}).rule.to_string(),
-            "([l, k], [i, j])->([i, j, k]) {i=4, j=8, k=16, l=100} need_replication={l}");
+            "([l, k], [i, j])->([i, j, k]) {i=4, j=8, k=16, l=100} indexed={l}");
   EXPECT_EQ(run_op("aten::embedding", {f32({10, 4}), idx({}, 10)}).rule.to_string(),
-            "([j, i], [])->([i]) {i=4, j=10} need_replication={j}");
+            "([j, i], [])->([i]) {i=4, j=10} indexed={j}");
   EXPECT_EQ(run_op("aten::index_select", {f32({8, 16}), 1, idx({4}, 16)}).rule.to_string(),
-            "([i, k], [j])->([i, j]) {i=8, j=4, k=16} need_replication={k}");
+            "([i, k], [j])->([i, j]) {i=8, j=4, k=16} indexed={k}");
   EXPECT_EQ(run_op("aten::index_select", {f32({8, 16}), -2, idx({}, 8)}).rule.to_string(),
-            "([k, j], [])->([i, j]) {i=1, j=16, k=8} need_replication={k}");
+            "([k, j], [])->([i, j]) {i=1, j=16, k=8} indexed={k}");
   EXPECT_EQ(run_op("aten::index_copy", {f32({2, 16, 8, 4}), 1, idx({3}, 16), f32({2, 3, 8, 4})}).rule.to_string(),
             "([i, j, k, l], [m], [i, m, k, l])->([i, j, k, l]) {i=2, j=16, k=8, l=4, m=3} need_replication={j, m}");
   EXPECT_EQ(run_op("aten::index_copy", {f32({5}), 0, idx({1}, 5), f32({})}).rule.to_string(),

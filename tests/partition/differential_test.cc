@@ -139,7 +139,8 @@ class RandomCase {
       case 21: return rank > 0 ? sf::stack({a, a + 1}, dim) : a;
       case 22: return rank > 0 && a.size(dim) >= 3 ? sf::index_select(a, dim, indices) : a;
       case 23: {
-        const sf::Tensor table = sf::randn({3, pick(1, 6)}, pick(0, 100000));
+        // Large tables are looked up in their shards (indexed factor), small ones gathered.
+        const sf::Tensor table = sf::randn({pick(0, 1) ? 3 : pick(9, 40), pick(1, 6)}, pick(0, 100000));
         return sf::embedding(pick(0, 1) ? annotate(table) : table, indices);
       }
       case 24: return rank > 0 ? sf::argmax(a, dim).to(sf::DType::kF32) : a;
@@ -223,7 +224,7 @@ TEST(Differential, ShardedResultEqualsSingleDeviceResult) {
   // One runtime per device count, so group the cases by their mesh size.
   std::map<int64_t, std::vector<uint32_t>> seeds_by_size;
   for (uint32_t seed = 0; seed < kCases; ++seed) seeds_by_size[RandomCase(seed).mesh().size()].push_back(seed);
-  int sharded_cases = 0;
+  int sharded_cases = 0, lookups_in_shards = 0;
   int failures = 0;
   for (const auto& [size, seeds] : seeds_by_size) {
     sf::Runtime runtime = sf::Runtime::local(size);
@@ -245,6 +246,7 @@ TEST(Differential, ShardedResultEqualsSingleDeviceResult) {
         const std::vector<sf::DenseTensor> expected = sf::run_graph(graph, values);
         const std::vector<sf::Tensor> actual = sf::run_program(program, runtime, c.inputs());
         sharded_cases += program.mesh->size() > 1 ? 1 : 0;
+        for (const sf::Instruction& instruction : program.instructions) lookups_in_shards += instruction.indexed_input >= 0;
         for (std::size_t o = 0; o < expected.size(); ++o) {
           const ::testing::AssertionResult same = same_values(expected[o], actual[o], rtol);
           if (!same) {
@@ -262,6 +264,7 @@ TEST(Differential, ShardedResultEqualsSingleDeviceResult) {
     }
   }
   EXPECT_GT(sharded_cases, static_cast<int>(kCases) / 2);
+  EXPECT_GT(lookups_in_shards, 20);
 }
 
 }  // namespace

@@ -74,6 +74,16 @@ using KernelFn =
 using KeepsOrderFn = std::function<bool(const OpArgs&, std::span<const TensorType> inputs,
                                         std::span<const TensorType> outputs)>;
 
+// A device's shard of an op's indexed dim (FactorKind::kIndexed): the global
+// index of its first row, and the dim's global extent (the last shard of an
+// uneven dim holds fewer rows than its padded local size).
+struct IndexWindow {
+  int64_t begin = 0;
+  int64_t global_size = 0;
+};
+using WindowedKernelFn =
+    std::function<std::vector<DenseTensor>(const OpArgs&, std::span<const DenseTensor>, const IndexWindow&)>;
+
 // How an op treats operands that are unreduced partial sums (the result of
 // contracting a sharded dim, before its all-reduce): whether it may compute on
 // them, leaving its result unreduced too, so that the reduction waits until a
@@ -115,6 +125,11 @@ struct OpDef {
   // kernel: the interpreter and the executor give the result the operand's
   // buffer under the result's shape (see reinterprets_operand). Unset: never.
   KeepsOrderFn keeps_element_order;
+  // Ops with an indexed factor: the kernel on a shard of the indexed dim.
+  // Indices are checked against window.global_size as `kernel` checks them;
+  // those inside the shard pick its rows, all others give zeros, so the
+  // devices' results add up to the whole lookup.
+  WindowedKernelFn windowed_kernel;
 
   std::string full_name() const { return schema.full_name(); }
 };

@@ -9,10 +9,17 @@
 //                     (sum or max) until reduced by a collective;
 //   need-replication  must be gathered first (the softmax dim, the sliced dim
 //                     of a slice, the cat dim);
+//   indexed           an operand dim that index values pick from (embedding's
+//                     vocabulary): sharded, each device looks up the indices
+//                     that fall in its shard and gives zeros for the others
+//                     (the op's windowed_kernel), so the result is a partial
+//                     sum over the factor's axes, as for a reduction;
 //   permutation       moves data between neighbouring shards (halo
 //                     exchanges); no op uses it yet.
 // A matmul f32[8,32] x f32[32,16] prints as
 //   ([i, k], [k, j])->([i, j]) {i=8, j=16, k=32} reduction={k}
+// and an embedding f32[100,16] of i64[4,8] as
+//   ([l, k], [i, j])->([i, j, k]) {i=4, j=8, k=16, l=100} indexed={l}
 // Propagation and partitioning read only these rules, never op kinds.
 #pragma once
 
@@ -26,7 +33,7 @@
 
 namespace shardflow {
 
-enum class FactorKind { kPassThrough, kReduction, kNeedReplication, kPermutation };
+enum class FactorKind { kPassThrough, kReduction, kNeedReplication, kPermutation, kIndexed };
 
 struct Factor {
   int64_t size = 1;

@@ -74,6 +74,10 @@ struct Instruction {
   std::vector<std::vector<int>> dims_before, dims_after;
   double fill = 0;                 // kMaskPadding
   double scale = 1;                // kCompute: multiply the result by it (mean over a sharded dim)
+  // kCompute of a lookup in shards (an indexed factor, OpDef::windowed_kernel):
+  // the input whose dim `dim` of `global_size` rows is split over
+  // `axes_before`; -1 for a plain kernel call.
+  int indexed_input = -1;
   // Input slots this instruction reads last (program outputs never): a device
   // drops them after it, so it holds only the values still ahead of it, and
   // a compute instruction that reads such a slot once takes it as the sole
