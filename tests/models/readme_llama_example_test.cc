@@ -27,7 +27,7 @@ TEST(ReadmeExample, LlamaGeneration) {
   EXPECT_EQ(g.tokens[0].size(), 32u);
   EXPECT_EQ(model.decode_stats().traces, 1);
   EXPECT_EQ(model.decode_stats().cache_hits, 30);
-  EXPECT_EQ(model.decode_collectives().size(), 24u);
+  EXPECT_EQ(model.decode_collectives().size(), 25u);
   auto decode_profile = std::make_shared<sf::OpProfile>();
   model.set_profiles(nullptr, decode_profile);
   options.steps = 3;  // one prefill, two decode steps

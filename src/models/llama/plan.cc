@@ -14,7 +14,9 @@ ShardingPlan ShardingPlan::megatron(std::shared_ptr<const Mesh> mesh) {
   auto column = PartitionSpec{"model", "fsdp"};  // [out, in]: output features over model
   auto row = PartitionSpec{"fsdp", "model"};     // input features over model: partial sums
   plan.params = {
-      {"tok_embeddings", {none, "fsdp"}},
+      // Vocab over model, as the head: each device looks up the tokens in
+      // its rows (one all-reduce of the rows), and a tied head is held once.
+      {"tok_embeddings", {"model", "fsdp"}},
       {"attention_norm", {none}},
       {"wq", column},
       {"wk", column},
