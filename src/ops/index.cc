@@ -6,12 +6,13 @@
 // too).
 //
 // Sharding rules list the result's dims first, in order, then the factors
-// the result lacks. The dim embedding and index_select read from is
+// the result lacks. The dim embedding, index_select and gather read from is
 // indexed: sharded, each device looks up the indices in its shard and gives
 // zeros for the rest, and the partial results add up to the lookup (GSPMD
-// partitions a gather from a sharded operand the same way). The dims that
-// index_copy writes and gather reads are need-replication, as any index may
-// write or read any of their rows. Examples:
+// partitions a gather from a sharded operand the same way). The dim
+// index_copy writes, and dims of gather's self longer than the index's, are
+// need-replication, as any index may write or read any of their rows.
+// Examples:
 //   embedding f32[100,16], i64[4,8]:
 //     ([l, k], [i, j])->([i, j, k]) {i=4, j=8, k=16, l=100} indexed={l}
 //   index_select f32[8,16], dim 1, i64[4]:
@@ -20,7 +21,7 @@
 //     ([i, j, k, l], [m], [i, m, k, l])->([i, j, k, l]) {i=2, j=16, k=8, l=4, m=3}
 //     need_replication={j, m}
 //   gather f32[4,10], dim 1, i64[4,3]:
-//     ([i, k], [i, j])->([i, j]) {i=4, j=3, k=10} need_replication={k}
+//     ([i, k], [i, j])->([i, j]) {i=4, j=3, k=10} indexed={k}
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -397,6 +398,45 @@ TensorType gather_type(const OpArgs& args, std::span<const TensorType> in) {
   return {self.dtype, index.shape};
 }
 
+// gather from the shard of self's gathered dim that starts at global index
+// window.begin (the whole dim: begin 0): indices inside it read it, the
+// others give zeros; every index is checked against the dim's global size.
+DenseTensor gather_in_window(const OpArgs& args, std::span<const DenseTensor> in, const IndexWindow& window) {
+  const TensorType out_type = gather_type(args, types_of(in));
+  DenseTensor out = DenseTensor::zeros(out_type.dtype, out_type.shape);
+  if (out.numel() == 0) return out;
+  const DenseTensor& self = in[0];
+  const auto dim = static_cast<std::size_t>(wrap_dim(args.get_int("dim"), self.rank()));
+  const Shape self_shape = self.rank() == 0 ? Shape{1} : self.shape();
+  const Shape index_shape = in[1].rank() == 0 ? Shape{1} : in[1].shape();
+  const Dims self_strides = row_major_strides(self_shape);
+  const std::vector<int64_t> indices = index_values(in[1]);
+  const int64_t bound = window.global_size;
+  check_indices(indices, bound, [&](int64_t i) {
+    return fmt::format("index {} is out of bounds for dimension {} with size {}", i, dim, bound);
+  });
+  const int64_t rows = std::clamp<int64_t>(bound - window.begin, 0, self_shape[dim]);
+  visit_dtype(self.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* src = self.data_as<T>();
+    T* dst = out.data_as<T>();
+    std::vector<int64_t> position(index_shape.size(), 0);
+    for (std::size_t i = 0; i < indices.size(); ++i) {
+      const int64_t local = indices[i] - window.begin;
+      if (local >= 0 && local < rows) {
+        int64_t offset = 0;
+        for (std::size_t d = 0; d < position.size(); ++d) offset += (d == dim ? local : position[d]) * self_strides[d];
+        dst[i] = src[offset];
+      }
+      for (std::size_t d = position.size(); d-- > 0;) {
+        if (++position[d] < index_shape[d]) break;
+        position[d] = 0;
+      }
+    }
+  });
+  return out;
+}
+
 void register_gather(OpRegistry& r) {
   OpDef def;
   def.family = OpFamily::kIndexing;
@@ -419,42 +459,16 @@ void register_gather(OpRegistry& r) {
       b.add_factor({shared(d) ? d : -1, d}, {d}, index.shape[static_cast<std::size_t>(d)]);
     }
     for (int d = 0; d < static_cast<int>(self.rank()); ++d) {
-      if (!shared(d)) b.add_operand_only(0, d, kNeedReplication);
+      if (!shared(d)) b.add_operand_only(0, d, d == dim ? FactorKind::kIndexed : kNeedReplication);
     }
     return b.build();
   };
   def.kernel = [](const OpArgs& args, std::span<const DenseTensor> in) {
-    const TensorType out_type = gather_type(args, types_of(in));
-    DenseTensor out = DenseTensor::empty(out_type.dtype, out_type.shape);
-    if (out.numel() == 0) return std::vector<DenseTensor>{std::move(out)};
-    const DenseTensor& self = in[0];
-    const auto dim = static_cast<std::size_t>(wrap_dim(args.get_int("dim"), self.rank()));
-    const Shape self_shape = self.rank() == 0 ? Shape{1} : self.shape();
-    const Shape index_shape = in[1].rank() == 0 ? Shape{1} : in[1].shape();
-    const Dims self_strides = row_major_strides(self_shape);
-    const std::vector<int64_t> indices = index_values(in[1]);
-    const int64_t bound = self_shape[dim];
-    check_indices(indices, bound, [&](int64_t i) {
-      return fmt::format("index {} is out of bounds for dimension {} with size {}", i, dim, bound);
-    });
-    visit_dtype(self.dtype(), [&](auto tag) {
-      using T = decltype(tag);
-      const T* src = self.data_as<T>();
-      T* dst = out.data_as<T>();
-      std::vector<int64_t> position(index_shape.size(), 0);
-      for (std::size_t i = 0; i < indices.size(); ++i) {
-        int64_t offset = 0;
-        for (std::size_t d = 0; d < position.size(); ++d) {
-          offset += (d == dim ? indices[i] : position[d]) * self_strides[d];
-        }
-        dst[i] = src[offset];
-        for (std::size_t d = position.size(); d-- > 0;) {
-          if (++position[d] < index_shape[d]) break;
-          position[d] = 0;
-        }
-      }
-    });
-    return std::vector<DenseTensor>{std::move(out)};
+    const int64_t dim = wrap_dim(args.get_int("dim"), in[0].rank());
+    return std::vector<DenseTensor>{gather_in_window(args, in, {0, in[0].rank() == 0 ? 1 : in[0].shape()[static_cast<std::size_t>(dim)]})};
+  };
+  def.windowed_kernel = [](const OpArgs& args, std::span<const DenseTensor> in, const IndexWindow& window) {
+    return std::vector<DenseTensor>{gather_in_window(args, in, window)};
   };
   r.add("aten::gather(Tensor self, int dim, Tensor index, *, bool sparse_grad=False) -> Tensor",
         std::move(def));

@@ -393,9 +393,9 @@ TEST(IndexOps, ShardingRules) {
   EXPECT_EQ(run_op("aten::index_copy", {f32({5}), 0, idx({1}, 5), f32({})}).rule.to_string(),
             "([i], [j], [])->([i]) {i=5, j=1} need_replication={i, j}");
   EXPECT_EQ(run_op("aten::gather", {f32({4, 10}), 1, idx({4, 3}, 10)}).rule.to_string(),
-            "([i, k], [i, j])->([i, j]) {i=4, j=3, k=10} need_replication={k}");
+            "([i, k], [i, j])->([i, j]) {i=4, j=3, k=10} indexed={k}");
   EXPECT_EQ(run_op("aten::gather", {f32({4, 10}), 1, idx({2, 3}, 10)}).rule.to_string(),
-            "([k, l], [i, j])->([i, j]) {i=2, j=3, k=4, l=10} need_replication={k, l}");
+            "([k, l], [i, j])->([i, j]) {i=2, j=3, k=4, l=10} need_replication={k} indexed={l}");
 }
 
 }  // namespace

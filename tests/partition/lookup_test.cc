@@ -170,6 +170,29 @@ TEST(LookupInShards, IndexSelectLooksUpInPlaceOnlyWhenThatMovesLess) {
   EXPECT_EQ(many.collectives[0].rfind("all-gather over 'b'", 0), 0u) << many.collectives[0];
 }
 
+// Vocab-parallel cross-entropy's pick of each row's label: logits split
+// over the vocabulary (evenly and not) give each row's logit with one
+// all-reduce of the picked values, where gathering the logits moves the
+// whole vocabulary of every row.
+TEST(LookupInShards, GatherFromVocabShardedLogitsPicksInTheShards) {
+  sf::Runtime runtime = sf::Runtime::local(4);
+  const std::string mesh = R"M([0, 1, 2, 3], "(2, 2)", "('d', 'm')")M";
+  for (const int64_t vocab : {1000, 999}) {
+    const std::string logits = fmt::format("f32[6,{}]", vocab);
+    const std::string text = "func @f(%x: " + logits + ", %labels: i64[6,1]) -> (f32[6,1]) {\n"
+                             "  %l = " + annotate("x", "('d', 'm')", logits, mesh) + "\n"
+                             "  %y = aten::gather(%l, 1, %labels) : f32[6,1]\n"
+                             "  return %y\n}\n";
+    SCOPED_TRACE(text);
+    const std::vector<int64_t> labels{0, vocab - 1, vocab / 2, 1, vocab - 2, 3};
+    const PartitionedRun run = run_and_compare(text, runtime, {sf::randn({6, vocab}, 8), sf::Tensor::from_ints(labels, {6, 1})});
+    EXPECT_EQ(run.lookups_in_shards, 1) << run.program;
+    ASSERT_EQ(run.collectives.size(), 1u) << run.program;
+    EXPECT_EQ(run.collectives[0].rfind("all-reduce over 'm' (12 B/device): %y aten::gather looks up dim 1 of %l", 0), 0u)
+        << run.collectives[0];
+  }
+}
+
 // An index past the table is the single-device error on every device, not
 // a zero row: each device checks all indices against the whole vocabulary.
 TEST(LookupInShards, AnIndexPastTheTableIsTheSingleDeviceError) {
