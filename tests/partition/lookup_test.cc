@@ -59,7 +59,7 @@ std::string ints(const std::vector<int64_t>& values) {
 
 // A vocab-sharded embedding table on a random mesh (1-3 axes, 8 devices),
 // its rows over a random non-empty sequence of axes (tiles that do not
-// divide the vocabulary, empty last tiles: 17 rows in tiles of 3), indices at both ends and in
+// divide the vocabulary, empty last tiles), indices at both ends and in
 // between: the same rows as one device, with no gather of the table and a
 // single all-reduce of the looked-up rows.
 TEST(LookupInShards, EmbeddingOverAnyAxesGivesTheSingleDeviceRows) {
@@ -80,8 +80,9 @@ TEST(LookupInShards, EmbeddingOverAnyAxesGivesTheSingleDeviceRows) {
     for (int axis : axes) spec += fmt::format("{}'{}'", spec.empty() ? "" : ", ", static_cast<char>('a' + axis));
     const std::string mesh = fmt::format("[0, 1, 2, 3, 4, 5, 6, 7], \"({}{})\", \"({}{})\"", sizes,
                                          shape.size() == 1 ? "," : "", names, shape.size() == 1 ? "," : "");
-    // More rows than twice the 6 looked up: else gathering the table moves less.
-    const int64_t vocab = std::uniform_int_distribution<int64_t>(13, 70)(rng);
+    // More rows than twice the 6 looked up: else gathering the table moves
+    // less. The first: 17 rows in 8 tiles of 3, the last two empty.
+    const int64_t vocab = trial == 0 ? 17 : std::uniform_int_distribution<int64_t>(13, 70)(rng);
     const int64_t dim = std::uniform_int_distribution<int64_t>(1, 9)(rng);
     std::vector<int64_t> tokens{0, vocab - 1};
     for (int k = 0; k < 4; ++k) tokens.push_back(std::uniform_int_distribution<int64_t>(0, vocab - 1)(rng));
