@@ -105,7 +105,7 @@ class RandomCase {
         return false;
       }
     };
-    switch (pick(0, 29)) {
+    switch (pick(0, 30)) {
       case 0: return sf::silu(a);
       case 1: return sf::tanh(a) * 2;
       case 2: return broadcastable(a, b) ? a + b : a - 1;
@@ -168,6 +168,7 @@ class RandomCase {
         const sf::Tensor w = sf::randn(shape, pick(0, 100000));
         return sf::rms_norm(a, shape, pick(0, 1) ? annotate(w) : w, 1e-5);
       }
+      case 29: return rank > 0 ? sf::gather(a, dim, sf::argmax(a, dim, true)) : a;  // the maxima
       default: return sf::sqrt(sf::abs(a) + 1);
     }
   }
