@@ -464,8 +464,9 @@ void register_gather(OpRegistry& r) {
     return b.build();
   };
   def.kernel = [](const OpArgs& args, std::span<const DenseTensor> in) {
-    const int64_t dim = wrap_dim(args.get_int("dim"), in[0].rank());
-    return std::vector<DenseTensor>{gather_in_window(args, in, {0, in[0].rank() == 0 ? 1 : in[0].shape()[static_cast<std::size_t>(dim)]})};
+    const auto dim = static_cast<std::size_t>(wrap_dim(args.get_int("dim"), in[0].rank()));
+    const IndexWindow whole{0, in[0].rank() == 0 ? 1 : in[0].shape()[dim]};
+    return std::vector<DenseTensor>{gather_in_window(args, in, whole)};
   };
   def.windowed_kernel = [](const OpArgs& args, std::span<const DenseTensor> in, const IndexWindow& window) {
     return std::vector<DenseTensor>{gather_in_window(args, in, window)};

@@ -186,10 +186,10 @@ bool slicing_whole_operands_is_cheaper(const FactorChoice& c, const std::vector<
 }
 
 // An operand sharded on an indexed factor (embedding's table over its
-// vocabulary): looking up in the shards leaves a partial result, which an
-// all-reduce sends about twice of; the alternative gathers the operand along
-// the dim. A table is far larger than the rows a step looks up; an
-// index_select that keeps most of its source is not.
+// vocabulary): looking up in the shards leaves a partial result, whose
+// all-reduce sends about twice its bytes; the alternative gathers the
+// operand along the dim. A table is far larger than the rows a step looks
+// up; an index_select that keeps most of its source is not.
 bool lookup_in_shards_is_cheaper(const FactorChoice& c, const Value& operand, const Rep& current,
                                  const std::vector<int>& axes) {
   const Mesh& mesh = c.mesh;
@@ -202,7 +202,9 @@ bool lookup_in_shards_is_cheaper(const FactorChoice& c, const Value& operand, co
   for (const Value* result : c.node.outputs()) {
     int64_t devices = 1;
     for (const std::vector<int>& dim : effective_axes(mesh, c.shardings.sharding(result))) {
-      for (int axis : dim) devices *= std::find(axes.begin(), axes.end(), axis) == axes.end() ? mesh.axis_size(axis) : 1;
+      for (int axis : dim) {
+        if (std::find(axes.begin(), axes.end(), axis) == axes.end()) devices *= mesh.axis_size(axis);
+      }
     }
     result_bytes += result->type().nbytes() / devices;
   }
@@ -233,9 +235,8 @@ std::vector<std::vector<int>> choose_factors(const FactorChoice& c, FactorPlan p
   const auto take = [&](std::size_t f, const std::vector<int>& axes) {
     if (settled[f] || rule.factors[f].kind == FactorKind::kNeedReplication) return;
     if (rule.factors[f].size <= 1) return;
-    if (!in_results[f] && rule.factors[f].kind != FactorKind::kReduction && rule.factors[f].kind != FactorKind::kIndexed) {
-      return;
-    }
+    const FactorKind kind = rule.factors[f].kind;
+    if (!in_results[f] && kind != FactorKind::kReduction && kind != FactorKind::kIndexed) return;
     std::vector<int> free;
     for (int axis : axes) {
       if (used[static_cast<std::size_t>(axis)]) break;

@@ -424,7 +424,8 @@ void Partitioner::lower_op(const Node& node) {
     const Rep& rep = local[static_cast<std::size_t>(indexed_input)];
     compute.indexed_input = indexed_input;
     compute.dim = indexed_dim;
-    compute.global_size = operands[static_cast<std::size_t>(indexed_input)]->type().shape[static_cast<std::size_t>(indexed_dim)];
+    const Shape& shape = operands[static_cast<std::size_t>(indexed_input)]->type().shape;
+    compute.global_size = shape[static_cast<std::size_t>(indexed_dim)];
     compute.axes_before = rep.dims[static_cast<std::size_t>(indexed_dim)];
   }
   for (const Rep& rep : local) compute.inputs.push_back(rep.slot);

@@ -106,16 +106,18 @@ std::string PartitionedProgram::to_string(const Graph& graph) const {
       outputs += (k > 0 ? ", " : "") + slot(instruction.outputs[k]);
     }
     switch (instruction.kind) {
-      case InstructionKind::kCompute:
+      case InstructionKind::kCompute: {
+        std::string window;
+        if (instruction.indexed_input >= 0) {
+          window = fmt::format("  # looks up this device's rows of dim {} of %{} ({} rows over {})", instruction.dim,
+                               instruction.inputs[static_cast<std::size_t>(instruction.indexed_input)],
+                               instruction.global_size, axes_list(*mesh, instruction.axes_before));
+        }
         out += fmt::format("  {} = {}({}){}{}\n", outputs, instruction.op->full_name(),
                            instruction.args ? call_arguments(instruction) : inputs,
-                           instruction.scale != 1 ? fmt::format(" * {}", instruction.scale) : "",
-                           instruction.indexed_input < 0
-                               ? ""
-                               : fmt::format("  # looks up this device's rows of dim {} of %{} ({} rows over {})",
-                                             instruction.dim, instruction.inputs[static_cast<std::size_t>(instruction.indexed_input)],
-                                             instruction.global_size, axes_list(*mesh, instruction.axes_before)));
+                           instruction.scale != 1 ? fmt::format(" * {}", instruction.scale) : "", window);
         break;
+      }
       case InstructionKind::kCollective: {
         const CollectiveInfo& info = collectives[static_cast<std::size_t>(instruction.collective)];
         const std::string dim = info.kind == CollectiveKind::kCollectivePermute

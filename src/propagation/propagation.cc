@@ -171,7 +171,8 @@ class Propagator {
       });
       if (!list.front().axes.empty()) {
         // A sharded lookup leaves a partial sum, as a contraction does.
-        const bool reduction = rule.factors[f].kind == FactorKind::kReduction || rule.factors[f].kind == FactorKind::kIndexed;
+        const FactorKind kind = rule.factors[f].kind;
+        const bool reduction = kind == FactorKind::kReduction || kind == FactorKind::kIndexed;
         choices.push_back({static_cast<int>(f), list.front(), reduction});
       }
     }

@@ -179,8 +179,8 @@ class DeviceRun {
     if (!instruction.args) throw Error(fmt::format("internal: {} has no bound arguments", instruction.op->full_name()));
     std::vector<DenseTensor> outputs;
     if (instruction.indexed_input >= 0) {
-      const int64_t shard_rows =
-          inputs[static_cast<std::size_t>(instruction.indexed_input)].shape()[static_cast<std::size_t>(instruction.dim)];
+      const Shape& shard = inputs[static_cast<std::size_t>(instruction.indexed_input)].shape();
+      const int64_t shard_rows = shard[static_cast<std::size_t>(instruction.dim)];
       const IndexWindow window{tile_index(mesh_, coords_, instruction.axes_before) * shard_rows,
                                instruction.global_size};
       outputs = instruction.op->windowed_kernel(*instruction.args, inputs, window);

@@ -247,7 +247,9 @@ TEST(Differential, ShardedResultEqualsSingleDeviceResult) {
         const std::vector<sf::DenseTensor> expected = sf::run_graph(graph, values);
         const std::vector<sf::Tensor> actual = sf::run_program(program, runtime, c.inputs());
         sharded_cases += program.mesh->size() > 1 ? 1 : 0;
-        for (const sf::Instruction& instruction : program.instructions) lookups_in_shards += instruction.indexed_input >= 0;
+        for (const sf::Instruction& instruction : program.instructions) {
+          lookups_in_shards += instruction.indexed_input >= 0 ? 1 : 0;
+        }
         for (std::size_t o = 0; o < expected.size(); ++o) {
           const ::testing::AssertionResult same = same_values(expected[o], actual[o], rtol);
           if (!same) {

@@ -25,7 +25,8 @@ struct PartitionedRun {
 
 // Partitions and runs `text` on the runtime, compares every output with one
 // device exactly (a lookup adds one row to zeros), and reports the program.
-PartitionedRun run_and_compare(const std::string& text, sf::Runtime& runtime, const std::vector<sf::Tensor>& inputs) {
+PartitionedRun run_and_compare(const std::string& text, sf::Runtime& runtime,
+                               const std::vector<sf::Tensor>& inputs) {
   sf::ops::register_all_ops();
   const sf::Graph graph = sf::parse_graph(text);
   sf::verify_graph(graph);
@@ -33,15 +34,19 @@ PartitionedRun run_and_compare(const std::string& text, sf::Runtime& runtime, co
   const sf::PartitionedProgram program = sf::partition_graph(graph, shardings);
   PartitionedRun run;
   run.program = program.to_string(graph);
-  for (const sf::CollectiveInfo& info : program.collectives) run.collectives.push_back(info.describe(*program.mesh));
-  for (const sf::Instruction& instruction : program.instructions) run.lookups_in_shards += instruction.indexed_input >= 0;
+  for (const sf::CollectiveInfo& info : program.collectives)
+    run.collectives.push_back(info.describe(*program.mesh));
+  for (const sf::Instruction& instruction : program.instructions) {
+    run.lookups_in_shards += instruction.indexed_input >= 0 ? 1 : 0;
+  }
   std::vector<sf::DenseTensor> values;
   for (const sf::Tensor& input : inputs) values.push_back(input.value());
   const std::vector<sf::DenseTensor> expected = sf::run_graph(graph, values);
   const std::vector<sf::Tensor> actual = sf::run_program(program, runtime, inputs);
   EXPECT_EQ(actual.size(), expected.size());
   for (std::size_t o = 0; o < expected.size() && o < actual.size(); ++o) {
-    EXPECT_EQ(actual[o].to_floats(), sf::Tensor(expected[o]).to_floats()) << "output " << o << "\n" << run.program;
+    EXPECT_EQ(actual[o].to_floats(), sf::Tensor(expected[o]).to_floats()) << "output " << o << "\n"
+                                                                          << run.program;
   }
   return run;
 }
@@ -77,27 +82,38 @@ TEST(LookupInShards, EmbeddingOverAnyAxesGivesTheSingleDeviceRows) {
       names += fmt::format("{}'{}'", a > 0 ? ", " : "", static_cast<char>('a' + a));
       sizes += fmt::format("{}{}", a > 0 ? ", " : "", shape[a]);
     }
-    for (int axis : axes) spec += fmt::format("{}'{}'", spec.empty() ? "" : ", ", static_cast<char>('a' + axis));
-    const std::string mesh = fmt::format("[0, 1, 2, 3, 4, 5, 6, 7], \"({}{})\", \"({}{})\"", sizes,
-                                         shape.size() == 1 ? "," : "", names, shape.size() == 1 ? "," : "");
+    for (int axis : axes)
+      spec += fmt::format("{}'{}'", spec.empty() ? "" : ", ", static_cast<char>('a' + axis));
+    const std::string mesh =
+        fmt::format("[0, 1, 2, 3, 4, 5, 6, 7], \"({}{})\", \"({}{})\"", sizes,
+                    shape.size() == 1 ? "," : "", names, shape.size() == 1 ? "," : "");
     // More rows than twice the 6 looked up: else gathering the table moves
     // less. The first: 17 rows in 8 tiles of 3, the last two empty.
     const int64_t vocab = trial == 0 ? 17 : std::uniform_int_distribution<int64_t>(13, 70)(rng);
     const int64_t dim = std::uniform_int_distribution<int64_t>(1, 9)(rng);
     std::vector<int64_t> tokens{0, vocab - 1};
-    for (int k = 0; k < 4; ++k) tokens.push_back(std::uniform_int_distribution<int64_t>(0, vocab - 1)(rng));
-    const std::string table = fmt::format("f32[{},{}]", vocab, dim), rows = fmt::format("f32[2,3,{}]", dim);
-    const std::string text = "func @f(%w: " + table + ", %tokens: i64[2,3]) -> (" + rows + ") {\n"
-                             "  %t = " + annotate("w", "((" + spec + ",), None)", table, mesh) + "\n"
-                             "  %e = aten::embedding(%t, %tokens) : " + rows + "\n"
+    for (int k = 0; k < 4; ++k)
+      tokens.push_back(std::uniform_int_distribution<int64_t>(0, vocab - 1)(rng));
+    const std::string table = fmt::format("f32[{},{}]", vocab, dim),
+                      rows = fmt::format("f32[2,3,{}]", dim);
+    const std::string text = "func @f(%w: " + table + ", %tokens: i64[2,3]) -> (" + rows +
+                             ") {\n"
+                             "  %t = " +
+                             annotate("w", "((" + spec + ",), None)", table, mesh) +
+                             "\n"
+                             "  %e = aten::embedding(%t, %tokens) : " +
+                             rows +
+                             "\n"
                              "  return %e\n}\n";
     SCOPED_TRACE(text + "tokens " + ints(tokens));
-    const PartitionedRun run = run_and_compare(text, runtime,
-                                    {sf::randn({vocab, dim}, static_cast<uint64_t>(trial)), sf::Tensor::from_ints(tokens, {2, 3})});
+    const sf::Tensor weights = sf::randn({vocab, dim}, static_cast<uint64_t>(trial));
+    const PartitionedRun run =
+        run_and_compare(text, runtime, {weights, sf::Tensor::from_ints(tokens, {2, 3})});
     EXPECT_EQ(run.lookups_in_shards, 1) << run.program;
     ASSERT_EQ(run.collectives.size(), 1u) << run.program;
     EXPECT_EQ(run.collectives[0].rfind("all-reduce over", 0), 0u) << run.collectives[0];
-    EXPECT_NE(run.collectives[0].find("aten::embedding looks up dim 0 of %t"), std::string::npos) << run.collectives[0];
+    EXPECT_NE(run.collectives[0].find("aten::embedding looks up dim 0 of %t"), std::string::npos)
+        << run.collectives[0];
   }
 }
 
@@ -106,19 +122,28 @@ TEST(LookupInShards, EmbeddingOverAnyAxesGivesTheSingleDeviceRows) {
 TEST(LookupInShards, VocabParallelEmbeddingMovesTheRowsNotTheTable) {
   sf::Runtime runtime = sf::Runtime::local(8);
   const std::string mesh = R"M([0, 1, 2, 3, 4, 5, 6, 7], "(8,)", "('model',)")M";
-  const std::string text = "func @f(%w: f32[32000,288], %tokens: i64[1,1]) -> (f32[1,1,288]) {\n"
-                           "  %t = " + annotate("w", "('model', None)", "f32[32000,288]", mesh) + "\n"
-                           "  %e = aten::embedding(%t, %tokens) : f32[1,1,288]\n"
-                           "  return %e\n}\n";
-  const PartitionedRun run = run_and_compare(text, runtime, {sf::randn({32000, 288}, 3), sf::Tensor::from_ints(std::vector<int64_t>{31999}, {1, 1})});
+  const std::string text =
+      "func @f(%w: f32[32000,288], %tokens: i64[1,1]) -> (f32[1,1,288]) {\n"
+      "  %t = " +
+      annotate("w", "('model', None)", "f32[32000,288]", mesh) +
+      "\n"
+      "  %e = aten::embedding(%t, %tokens) : f32[1,1,288]\n"
+      "  return %e\n}\n";
+  const PartitionedRun run = run_and_compare(
+      text, runtime,
+      {sf::randn({32000, 288}, 3), sf::Tensor::from_ints(std::vector<int64_t>{31999}, {1, 1})});
   ASSERT_EQ(run.collectives.size(), 1u) << run.program;
-  EXPECT_EQ(run.collectives[0].rfind("all-reduce over 'model' (1.1 KiB/device): %e aten::embedding looks up dim 0 of %t, "
-                                     "sharded on 'model' by the annotation at %t: each device gives the rows its shard "
-                                     "holds and zeros for the others",
-                                     0),
-            0u)
+  EXPECT_EQ(
+      run.collectives[0].rfind(
+          "all-reduce over 'model' (1.1 KiB/device): %e aten::embedding looks up dim 0 of %t, "
+          "sharded on 'model' by the annotation at %t: each device gives the rows its shard "
+          "holds and zeros for the others",
+          0),
+      0u)
       << run.collectives[0];
-  EXPECT_NE(run.program.find("looks up this device's rows of dim 0 of %0 (32000 rows over 'model')"), std::string::npos)
+  EXPECT_NE(
+      run.program.find("looks up this device's rows of dim 0 of %0 (32000 rows over 'model')"),
+      std::string::npos)
       << run.program;
 }
 
@@ -129,19 +154,28 @@ TEST(LookupInShards, VocabParallelEmbeddingMovesTheRowsNotTheTable) {
 TEST(LookupInShards, LookedUpRowsAreReducedWhereTheyAreNeeded) {
   sf::Runtime runtime = sf::Runtime::local(4);
   const std::string mesh = R"M([0, 1, 2, 3], "(4,)", "('m',)")M";
-  const std::string text = "func @f(%w: f32[1000,64], %tokens: i64[4,8]) -> (f32[4,8,64]) {\n"
-                           "  %t = " + annotate("w", "('m', None)", "f32[1000,64]", mesh) + "\n"
-                           "  %k = " + annotate("tokens", "(None, None)", "i64[4,8]", mesh) + "\n"
-                           "  %e = aten::embedding(%t, %k) : f32[4,8,64]\n"
-                           "  %s = aten::mul.Scalar(%e, 2.0) : f32[4,8,64]\n"
-                           "  %a = " + annotate("s", "('m', None, None)", "f32[4,8,64]", mesh) + "\n"
-                           "  %r = aten::exp(%a) : f32[4,8,64]\n"
-                           "  return %r\n}\n";
+  const std::string text =
+      "func @f(%w: f32[1000,64], %tokens: i64[4,8]) -> (f32[4,8,64]) {\n"
+      "  %t = " +
+      annotate("w", "('m', None)", "f32[1000,64]", mesh) +
+      "\n"
+      "  %k = " +
+      annotate("tokens", "(None, None)", "i64[4,8]", mesh) +
+      "\n"
+      "  %e = aten::embedding(%t, %k) : f32[4,8,64]\n"
+      "  %s = aten::mul.Scalar(%e, 2.0) : f32[4,8,64]\n"
+      "  %a = " +
+      annotate("s", "('m', None, None)", "f32[4,8,64]", mesh) +
+      "\n"
+      "  %r = aten::exp(%a) : f32[4,8,64]\n"
+      "  return %r\n}\n";
   std::vector<int64_t> tokens(32);
   for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int64_t>(i * 31 % 1000);
-  const PartitionedRun run = run_and_compare(text, runtime, {sf::randn({1000, 64}, 4), sf::Tensor::from_ints(tokens, {4, 8})});
+  const PartitionedRun run = run_and_compare(
+      text, runtime, {sf::randn({1000, 64}, 4), sf::Tensor::from_ints(tokens, {4, 8})});
   ASSERT_EQ(run.collectives.size(), 1u) << run.program;
-  EXPECT_EQ(run.collectives[0].rfind("reduce-scatter over 'm' (8 KiB/device)", 0), 0u) << run.collectives[0];
+  EXPECT_EQ(run.collectives[0].rfind("reduce-scatter over 'm' (8 KiB/device)", 0), 0u)
+      << run.collectives[0];
 }
 
 // index_select from a source sharded along the selected dim: a few rows of
@@ -152,20 +186,29 @@ TEST(LookupInShards, IndexSelectLooksUpInPlaceOnlyWhenThatMovesLess) {
   sf::Runtime runtime = sf::Runtime::local(4);
   const std::string mesh = R"M([0, 1, 2, 3], "(2, 2)", "('a', 'b')")M";
   const auto program = [&](int64_t picked) {
-    const std::string out = fmt::format("f32[6,{},5]", picked), index = fmt::format("i64[{}]", picked);
-    return "func @f(%x: f32[6,50,5], %i: " + index + ") -> (" + out + ") {\n"
-           "  %s = " + annotate("x", "('a', 'b', None)", "f32[6,50,5]", mesh) + "\n"
-           "  %y = aten::index_select(%s, 1, %i) : " + out + "\n"
+    const std::string out = fmt::format("f32[6,{},5]", picked),
+                      index = fmt::format("i64[{}]", picked);
+    return "func @f(%x: f32[6,50,5], %i: " + index + ") -> (" + out +
+           ") {\n"
+           "  %s = " +
+           annotate("x", "('a', 'b', None)", "f32[6,50,5]", mesh) +
+           "\n"
+           "  %y = aten::index_select(%s, 1, %i) : " +
+           out +
+           "\n"
            "  return %y\n}\n";
   };
-  const PartitionedRun few = run_and_compare(program(3), runtime, {sf::randn({6, 50, 5}, 5), sf::Tensor::from_ints(std::vector<int64_t>{49, 0, 26}, {3})});
+  const PartitionedRun few = run_and_compare(
+      program(3), runtime,
+      {sf::randn({6, 50, 5}, 5), sf::Tensor::from_ints(std::vector<int64_t>{49, 0, 26}, {3})});
   EXPECT_EQ(few.lookups_in_shards, 1) << few.program;
   ASSERT_EQ(few.collectives.size(), 1u) << few.program;
   EXPECT_EQ(few.collectives[0].rfind("all-reduce over 'b'", 0), 0u) << few.collectives[0];
 
   std::vector<int64_t> most(40);
   for (std::size_t i = 0; i < most.size(); ++i) most[i] = static_cast<int64_t>(49 - i);
-  const PartitionedRun many = run_and_compare(program(40), runtime, {sf::randn({6, 50, 5}, 6), sf::Tensor::from_ints(most, {40})});
+  const PartitionedRun many = run_and_compare(
+      program(40), runtime, {sf::randn({6, 50, 5}, 6), sf::Tensor::from_ints(most, {40})});
   EXPECT_EQ(many.lookups_in_shards, 0) << many.program;
   ASSERT_EQ(many.collectives.size(), 1u) << many.program;
   EXPECT_EQ(many.collectives[0].rfind("all-gather over 'b'", 0), 0u) << many.collectives[0];
@@ -180,16 +223,22 @@ TEST(LookupInShards, GatherFromVocabShardedLogitsPicksInTheShards) {
   const std::string mesh = R"M([0, 1, 2, 3], "(2, 2)", "('d', 'm')")M";
   for (const int64_t vocab : {1000, 999}) {
     const std::string logits = fmt::format("f32[6,{}]", vocab);
-    const std::string text = "func @f(%x: " + logits + ", %labels: i64[6,1]) -> (f32[6,1]) {\n"
-                             "  %l = " + annotate("x", "('d', 'm')", logits, mesh) + "\n"
+    const std::string text = "func @f(%x: " + logits +
+                             ", %labels: i64[6,1]) -> (f32[6,1]) {\n"
+                             "  %l = " +
+                             annotate("x", "('d', 'm')", logits, mesh) +
+                             "\n"
                              "  %y = aten::gather(%l, 1, %labels) : f32[6,1]\n"
                              "  return %y\n}\n";
     SCOPED_TRACE(text);
     const std::vector<int64_t> labels{0, vocab - 1, vocab / 2, 1, vocab - 2, 3};
-    const PartitionedRun run = run_and_compare(text, runtime, {sf::randn({6, vocab}, 8), sf::Tensor::from_ints(labels, {6, 1})});
+    const PartitionedRun run = run_and_compare(
+        text, runtime, {sf::randn({6, vocab}, 8), sf::Tensor::from_ints(labels, {6, 1})});
     EXPECT_EQ(run.lookups_in_shards, 1) << run.program;
     ASSERT_EQ(run.collectives.size(), 1u) << run.program;
-    EXPECT_EQ(run.collectives[0].rfind("all-reduce over 'm' (12 B/device): %y aten::gather looks up dim 1 of %l", 0), 0u)
+    EXPECT_EQ(run.collectives[0].rfind(
+                  "all-reduce over 'm' (12 B/device): %y aten::gather looks up dim 1 of %l", 0),
+              0u)
         << run.collectives[0];
   }
 }
@@ -199,14 +248,18 @@ TEST(LookupInShards, GatherFromVocabShardedLogitsPicksInTheShards) {
 TEST(LookupInShards, AnIndexPastTheTableIsTheSingleDeviceError) {
   sf::Runtime runtime = sf::Runtime::local(4);
   const std::string mesh = R"M([0, 1, 2, 3], "(4,)", "('m',)")M";
-  const std::string text = "func @f(%w: f32[10,3], %tokens: i64[2]) -> (f32[2,3]) {\n"
-                           "  %t = " + annotate("w", "('m', None)", "f32[10,3]", mesh) + "\n"
-                           "  %e = aten::embedding(%t, %tokens) : f32[2,3]\n"
-                           "  return %e\n}\n";
+  const std::string text =
+      "func @f(%w: f32[10,3], %tokens: i64[2]) -> (f32[2,3]) {\n"
+      "  %t = " +
+      annotate("w", "('m', None)", "f32[10,3]", mesh) +
+      "\n"
+      "  %e = aten::embedding(%t, %tokens) : f32[2,3]\n"
+      "  return %e\n}\n";
   sf::ops::register_all_ops();
   const sf::Graph graph = sf::parse_graph(text);
   const sf::PartitionedProgram program = sf::partition_graph(graph, sf::propagate_shardings(graph));
-  const std::vector<sf::Tensor> inputs{sf::randn({10, 3}, 1), sf::Tensor::from_ints(std::vector<int64_t>{3, 10}, {2})};
+  const std::vector<sf::Tensor> inputs{sf::randn({10, 3}, 1),
+                                       sf::Tensor::from_ints(std::vector<int64_t>{3, 10}, {2})};
   std::string single, sharded;
   try {
     sf::run_graph(graph, std::vector<sf::DenseTensor>{inputs[0].value(), inputs[1].value()});
@@ -218,11 +271,15 @@ TEST(LookupInShards, AnIndexPastTheTableIsTheSingleDeviceError) {
   } catch (const sf::Error& e) {
     sharded = e.what();
   }
-  EXPECT_NE(single.find("index out of range in self: index 10 is out of bounds for dimension 0 with size 10"),
-            std::string::npos)
+  EXPECT_NE(
+      single.find(
+          "index out of range in self: index 10 is out of bounds for dimension 0 with size 10"),
+      std::string::npos)
       << single;
-  EXPECT_NE(sharded.find("index out of range in self: index 10 is out of bounds for dimension 0 with size 10"),
-            std::string::npos)
+  EXPECT_NE(
+      sharded.find(
+          "index out of range in self: index 10 is out of bounds for dimension 0 with size 10"),
+      std::string::npos)
       << sharded;
 }
 
