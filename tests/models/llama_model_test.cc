@@ -64,6 +64,23 @@ TEST(LlamaModel, TiedHeadSharesTheEmbeddingBufferWhenLaidOutAlike) {
   EXPECT_EQ(split.output.to_floats(), split.tok_embeddings.to_floats());
 }
 
+// The embedding table and head are split over the vocabulary on 'model':
+// 323 rows (HF checkpoints add tokens to 32000 too) leave uneven tiles on 4
+// and 8 devices, whose lookups and logits still match one device.
+TEST(LlamaModel, VocabularyNoAxisDividesMatchesReference) {
+  Config config = Config::named("tiny");
+  config.vocab_size = 323;
+  for (const std::vector<int64_t>& shape : {std::vector<int64_t>{1, 1, 8}, std::vector<int64_t>{2, 1, 4}}) {
+    Runtime runtime = Runtime::local(8);
+    std::vector<int64_t> ids(8);
+    std::iota(ids.begin(), ids.end(), 0);
+    const ShardingPlan plan =
+        ShardingPlan::megatron(std::make_shared<const Mesh>(ids, shape, std::vector<std::string>{"data", "fsdp", "model"}));
+    Model model(random_weights(config, 9, &plan), plan);
+    expect_matches_reference(model);
+  }
+}
+
 class LlamaOnMesh : public ::testing::TestWithParam<std::vector<int64_t>> {};
 
 TEST_P(LlamaOnMesh, MatchesReference) {
