@@ -144,6 +144,27 @@ bool slices_a_picked_from_operand(const OpShardingRule& rule,
   return false;
 }
 
+// The devices a layout splits a tensor over, leaving out the `skipped` axes.
+int64_t devices_over(const Mesh& mesh, const DimAxes& dims, const std::vector<int>& skipped = {}) {
+  int64_t devices = 1;
+  for (const std::vector<int>& dim : dims) {
+    for (int axis : dim) {
+      if (std::find(skipped.begin(), skipped.end(), axis) == skipped.end()) devices *= mesh.axis_size(axis);
+    }
+  }
+  return devices;
+}
+
+// Per device: the op's results as a partial sum over `axes`, laid out on
+// the other axes as propagation gave them.
+int64_t partial_result_bytes(const FactorChoice& c, const std::vector<int>& axes) {
+  int64_t bytes = 0;
+  for (const Value* result : c.node.outputs()) {
+    bytes += result->type().nbytes() / devices_over(c.mesh, effective_axes(c.mesh, c.shardings.sharding(result)), axes);
+  }
+  return bytes;
+}
+
 // A contraction that some operands shard on `axes` and the others hold
 // whole along: the whole ones can be sliced locally for free, leaving a
 // partial sum to reduce (about the result's bytes); the alternative moves
@@ -163,26 +184,13 @@ bool slicing_whole_operands_is_cheaper(const FactorChoice& c, const std::vector<
       }
     }
   }
-  // Per device: the partial result as the result is laid out on the other
-  // axes, against the shard each sharded operand holds now.
-  const auto devices_over = [&](const DimAxes& dims, bool skip_axes) {
-    int64_t devices = 1;
-    for (const std::vector<int>& dim : dims) {
-      for (int axis : dim) {
-        if (!skip_axes || std::find(axes.begin(), axes.end(), axis) == axes.end()) devices *= mesh.axis_size(axis);
-      }
-    }
-    return devices;
-  };
-  int64_t result_bytes = 0, shard_bytes = 0;
-  for (const Value* result : c.node.outputs()) {
-    result_bytes += result->type().nbytes() / devices_over(effective_axes(mesh, c.shardings.sharding(result)), true);
-  }
+  // The partial result, against the shard each sharded operand holds now.
+  int64_t shard_bytes = 0;
   for (std::size_t o = 0; o < operands.size(); ++o) {
     if (std::find(whole.begin(), whole.end(), o) != whole.end()) continue;
-    shard_bytes += operands[o]->type().nbytes() / devices_over(current[o]->dims, false);
+    shard_bytes += operands[o]->type().nbytes() / devices_over(mesh, current[o]->dims);
   }
-  return result_bytes < shard_bytes;
+  return partial_result_bytes(c, axes) < shard_bytes;
 }
 
 // An operand sharded on an indexed factor (embedding's table over its
@@ -192,23 +200,8 @@ bool slicing_whole_operands_is_cheaper(const FactorChoice& c, const std::vector<
 // up; an index_select that keeps most of its source is not.
 bool lookup_in_shards_is_cheaper(const FactorChoice& c, const Value& operand, const Rep& current,
                                  const std::vector<int>& axes) {
-  const Mesh& mesh = c.mesh;
-  int64_t shard_devices = 1, factor_devices = 1;
-  for (const std::vector<int>& dim : current.dims) {
-    for (int axis : dim) shard_devices *= mesh.axis_size(axis);
-  }
-  for (int axis : axes) factor_devices *= mesh.axis_size(axis);
-  int64_t result_bytes = 0;
-  for (const Value* result : c.node.outputs()) {
-    int64_t devices = 1;
-    for (const std::vector<int>& dim : effective_axes(mesh, c.shardings.sharding(result))) {
-      for (int axis : dim) {
-        if (std::find(axes.begin(), axes.end(), axis) == axes.end()) devices *= mesh.axis_size(axis);
-      }
-    }
-    result_bytes += result->type().nbytes() / devices;
-  }
-  return 2 * result_bytes < factor_devices * (operand.type().nbytes() / shard_devices);
+  const int64_t shard_bytes = operand.type().nbytes() / devices_over(c.mesh, current.dims);
+  return 2 * partial_result_bytes(c, axes) < devices_over(c.mesh, {axes}) * shard_bytes;
 }
 
 }  // namespace

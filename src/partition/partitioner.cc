@@ -24,6 +24,7 @@
 #include <map>
 #include <optional>
 #include <unordered_map>
+#include <tuple>
 #include <unordered_set>
 
 #include "partitioner_pass.h"
@@ -49,6 +50,22 @@ Shape local_shape(const Shape& global, const Sharding& sharding) {
 }
 
 namespace partition_detail {
+
+namespace {
+
+// The first operand dim that factor f is on, as {operand, dim}; {-1, 0}
+// when no operand has it.
+std::pair<int, int> first_operand_dim(const OpShardingRule& rule, int f) {
+  for (std::size_t o = 0; o < rule.operands.size(); ++o) {
+    for (std::size_t d = 0; d < rule.operands[o].size(); ++d) {
+      const std::vector<int>& factors = rule.operands[o][d];
+      if (std::find(factors.begin(), factors.end(), f) != factors.end()) return {static_cast<int>(o), static_cast<int>(d)};
+    }
+  }
+  return {-1, 0};
+}
+
+}  // namespace
 
 void Partitioner::run() {
   for (const auto& node : graph_.nodes()) {
@@ -372,23 +389,17 @@ void Partitioner::lower_op(const Node& node) {
   int indexed_input = -1, indexed_dim = 0;
   for (std::size_t f = 0; f < rule.factors.size() && indexed_input < 0; ++f) {
     if (rule.factors[f].kind != FactorKind::kIndexed || factor_axes[f].empty()) continue;
-    for (std::size_t o = 0; o < operands.size() && indexed_input < 0; ++o) {
-      for (std::size_t d = 0; d < rule.operands[o].size(); ++d) {
-        const auto& mapping = rule.operands[o][d];
-        if (std::find(mapping.begin(), mapping.end(), static_cast<int>(f)) == mapping.end()) continue;
-        if (!op.windowed_kernel) {
-          throw Error(fmt::format("internal: {} has an indexed dim but no windowed kernel", op.full_name()));
-        }
-        indexed_input = static_cast<int>(o);
-        indexed_dim = static_cast<int>(d);
-        if (partial_reason.empty()) {
-          partial_reason = fmt::format("{} looks up dim {} of %{}, sharded on {} by {}: each device gives the rows "
-                                       "its shard holds and zeros for the others",
-                                       node_text(node), d, operands[o]->name(), builder_.axes_text(factor_axes[f]),
-                                       origin_text(operands[o], static_cast<int>(d)));
-        }
-        break;
-      }
+    std::tie(indexed_input, indexed_dim) = first_operand_dim(rule, static_cast<int>(f));
+    if (indexed_input < 0) continue;
+    if (!op.windowed_kernel) {
+      throw Error(fmt::format("internal: {} has an indexed dim but no windowed kernel", op.full_name()));
+    }
+    const Value* source = operands[static_cast<std::size_t>(indexed_input)];
+    if (partial_reason.empty()) {
+      partial_reason = fmt::format("{} looks up dim {} of %{}, sharded on {} by {}: each device gives the rows its "
+                                   "shard holds and zeros for the others",
+                                   node_text(node), indexed_dim, source->name(), builder_.axes_text(factor_axes[f]),
+                                   origin_text(source, indexed_dim));
     }
   }
   // The addend joins one partial sum of each reduction group: every other

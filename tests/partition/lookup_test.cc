@@ -56,6 +56,15 @@ std::string annotate(const std::string& value, const std::string& spec, const st
   return "xla::dynamo_mark_sharding(%" + value + ", " + mesh + ", \"" + spec + "\") : " + type;
 }
 
+// `%e = aten::embedding(%t, %tokens)` of a table annotated `spec` on `mesh`.
+std::string embedding_program(const std::string& table, const std::string& tokens,
+                              const std::string& rows, const std::string& spec,
+                              const std::string& mesh) {
+  return "func @f(%w: " + table + ", %tokens: " + tokens + ") -> (" + rows + ") {\n  %t = " +
+         annotate("w", spec, table, mesh) + "\n  %e = aten::embedding(%t, %tokens) : " + rows +
+         "\n  return %e\n}\n";
+}
+
 std::string ints(const std::vector<int64_t>& values) {
   std::string out;
   for (int64_t v : values) out += (out.empty() ? "" : ", ") + std::to_string(v);
@@ -96,15 +105,8 @@ TEST(LookupInShards, EmbeddingOverAnyAxesGivesTheSingleDeviceRows) {
       tokens.push_back(std::uniform_int_distribution<int64_t>(0, vocab - 1)(rng));
     const std::string table = fmt::format("f32[{},{}]", vocab, dim),
                       rows = fmt::format("f32[2,3,{}]", dim);
-    const std::string text = "func @f(%w: " + table + ", %tokens: i64[2,3]) -> (" + rows +
-                             ") {\n"
-                             "  %t = " +
-                             annotate("w", "((" + spec + ",), None)", table, mesh) +
-                             "\n"
-                             "  %e = aten::embedding(%t, %tokens) : " +
-                             rows +
-                             "\n"
-                             "  return %e\n}\n";
+    const std::string text =
+        embedding_program(table, "i64[2,3]", rows, "((" + spec + ",), None)", mesh);
     SCOPED_TRACE(text + "tokens " + ints(tokens));
     const sf::Tensor weights = sf::randn({vocab, dim}, static_cast<uint64_t>(trial));
     const PartitionedRun run =
@@ -123,12 +125,7 @@ TEST(LookupInShards, VocabParallelEmbeddingMovesTheRowsNotTheTable) {
   sf::Runtime runtime = sf::Runtime::local(8);
   const std::string mesh = R"M([0, 1, 2, 3, 4, 5, 6, 7], "(8,)", "('model',)")M";
   const std::string text =
-      "func @f(%w: f32[32000,288], %tokens: i64[1,1]) -> (f32[1,1,288]) {\n"
-      "  %t = " +
-      annotate("w", "('model', None)", "f32[32000,288]", mesh) +
-      "\n"
-      "  %e = aten::embedding(%t, %tokens) : f32[1,1,288]\n"
-      "  return %e\n}\n";
+      embedding_program("f32[32000,288]", "i64[1,1]", "f32[1,1,288]", "('model', None)", mesh);
   const PartitionedRun run = run_and_compare(
       text, runtime,
       {sf::randn({32000, 288}, 3), sf::Tensor::from_ints(std::vector<int64_t>{31999}, {1, 1})});
@@ -248,13 +245,7 @@ TEST(LookupInShards, GatherFromVocabShardedLogitsPicksInTheShards) {
 TEST(LookupInShards, AnIndexPastTheTableIsTheSingleDeviceError) {
   sf::Runtime runtime = sf::Runtime::local(4);
   const std::string mesh = R"M([0, 1, 2, 3], "(4,)", "('m',)")M";
-  const std::string text =
-      "func @f(%w: f32[10,3], %tokens: i64[2]) -> (f32[2,3]) {\n"
-      "  %t = " +
-      annotate("w", "('m', None)", "f32[10,3]", mesh) +
-      "\n"
-      "  %e = aten::embedding(%t, %tokens) : f32[2,3]\n"
-      "  return %e\n}\n";
+  const std::string text = embedding_program("f32[10,3]", "i64[2]", "f32[2,3]", "('m', None)", mesh);
   sf::ops::register_all_ops();
   const sf::Graph graph = sf::parse_graph(text);
   const sf::PartitionedProgram program = sf::partition_graph(graph, sf::propagate_shardings(graph));
