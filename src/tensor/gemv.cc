@@ -55,14 +55,16 @@ constexpr int64_t kMinElementsPerPart = 16384;
 // v of the weight row feeds chain v % kChains), so one row alone keeps
 // enough FMAs in flight to read at memory speed.
 constexpr int kChains = 4;
-// How far ahead of the FMAs a weight row is prefetched, in floats (2 KiB;
+// How far ahead of the FMAs a weight row is prefetched, in floats (4 KiB;
 // past the matrix's end is harmless, a prefetch never faults). The
 // prefetches are non-temporal: a weight is read once per step, and keeping
 // it out of the outer caches leaves them to the activations and the KV
 // cache. On the dev VM, whose memory alternates between two speeds, rows
 // read from memory with this prefetch at a median 46-52 GB/s, without it at
-// 40 or 59: the prefetch holds in both.
-constexpr int64_t kPrefetchAhead = 512;
+// 40 or 59: the prefetch holds in both. 4 KiB against 2 KiB, decode steps'
+// products back to back: stories15M's shapes 91-94 GB/s against 84-89,
+// 1.1B's 76 against 70 (medians of 10), stories110M's the same.
+constexpr int64_t kPrefetchAhead = 1024;
 
 // The rows of x that share one read of a weight row: their accumulators
 // (kChains each) must fit the vector registers beside the loads, 32 with
