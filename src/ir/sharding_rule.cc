@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cassert>
 
 namespace shardflow {
@@ -48,6 +49,20 @@ std::string OpShardingRule::to_string() const {
   list(FactorKind::kPermutation, "permutation");
   list(FactorKind::kIndexed, "indexed");
   return out;
+}
+
+bool OpShardingRule::in_results(int f) const {
+  for (const DimFactors& mapping : results) {
+    for (const std::vector<int>& dim : mapping) {
+      if (std::find(dim.begin(), dim.end(), f) != dim.end()) return true;
+    }
+  }
+  return false;
+}
+
+bool OpShardingRule::leaves_partials(int f) const {
+  const FactorKind kind = factors[static_cast<std::size_t>(f)].kind;
+  return kind == FactorKind::kReduction || (kind == FactorKind::kIndexed && !in_results(f));
 }
 
 RuleBuilder::RuleBuilder(std::span<const TensorType> operands, std::span<const TensorType> results)

@@ -10,8 +10,11 @@
 // indexed: sharded, each device looks up the indices in its shard and gives
 // zeros for the rest, and the partial results add up to the lookup (GSPMD
 // partitions a gather from a sharded operand the same way). The dim
-// index_copy writes, and dims of gather's self longer than the index's, are
-// need-replication, as any index may write or read any of their rows.
+// index_copy writes is indexed too, in self and the result: sharded, each
+// device writes the rows that fall in its shard and keeps the others, so a
+// KV cache split over its positions is updated where it lies. Dims of
+// gather's self longer than the index's are need-replication, as any index
+// may read any of their rows.
 // Examples:
 //   embedding f32[100,16], i64[4,8]:
 //     ([l, k], [i, j])->([i, j, k]) {i=4, j=8, k=16, l=100} indexed={l}
@@ -19,7 +22,7 @@
 //     ([i, k], [j])->([i, j]) {i=8, j=4, k=16} indexed={k}
 //   index_copy f32[2,16,8,4], dim 1, i64[3], f32[2,3,8,4] (a KV-cache update):
 //     ([i, j, k, l], [m], [i, m, k, l])->([i, j, k, l]) {i=2, j=16, k=8, l=4, m=3}
-//     need_replication={j, m}
+//     need_replication={m} indexed={j}
 //   gather f32[4,10], dim 1, i64[4,3]:
 //     ([i, k], [i, j])->([i, j]) {i=4, j=3, k=10} indexed={k}
 #include <fmt/format.h>
@@ -307,6 +310,46 @@ TensorType index_copy_type(const OpArgs& args, std::span<const TensorType> in) {
   return self;
 }
 
+// index_copy into the shard of self's written dim that starts at global row
+// window.begin (the whole dim: begin 0): the indices inside it replace its
+// rows, the others are another shard's; every index is checked against the
+// dim's global size. Source is [outer, count, inner]; k ascending, so the
+// last duplicate wins.
+DenseTensor copy_rows_in_window(const OpArgs& args, std::span<const DenseTensor> in, const IndexWindow& window) {
+  const TensorType out_type = index_copy_type(args, types_of(in));
+  const DenseTensor& self = in[0];
+  const int64_t dim = wrap_dim(args.get_int("dim"), self.rank());
+  const Slab rows = slab(self.shape(), dim);
+  const std::vector<int64_t> indices = index_values(in[1]);
+  check_indices(indices, window.global_size, [&](int64_t i) {
+    return fmt::format("index_copy_(): index {} is out of bounds for dimension {} with size {}", i, dim,
+                       window.global_size);
+  });
+  // Functional: a copy of self with the rows replaced; written into self's
+  // buffer when nothing else holds it (a donated cache at its last use).
+  DenseTensor out;
+  if (self.is_sole_owner()) {
+    out = self;
+  } else {
+    out = DenseTensor::empty(out_type.dtype, out_type.shape);
+    std::memcpy(out.data(), self.data(), self.nbytes());
+  }
+  // Rows past the dim's global end are the last shard's padding.
+  const int64_t held = std::clamp<int64_t>(window.global_size - window.begin, 0, rows.size);
+  const std::size_t row = static_cast<std::size_t>(rows.inner) * element_size(self.dtype());
+  const auto count = static_cast<int64_t>(indices.size());
+  const std::byte* src = in[2].data();
+  for (int64_t k = 0; k < count; ++k) {
+    const int64_t local = indices[static_cast<std::size_t>(k)] - window.begin;
+    if (local < 0 || local >= held) continue;
+    for (int64_t o = 0; o < rows.outer; ++o) {
+      std::memcpy(out.data() + static_cast<std::size_t>(o * rows.size + local) * row,
+                  src + static_cast<std::size_t>(o * count + k) * row, row);
+    }
+  }
+  return out;
+}
+
 void register_index_copy(OpRegistry& r) {
   OpDef def;
   def.family = OpFamily::kIndexing;
@@ -322,7 +365,7 @@ void register_index_copy(OpRegistry& r) {
     for (int d = 0; d < static_cast<int>(self.rank()); ++d) {
       const int64_t extent = self.shape[static_cast<std::size_t>(d)];
       if (d == dim) {
-        b.add_factor({d, -1, -1}, {d}, extent, kNeedReplication);  // rows written at any index
+        b.add_factor({d, -1, -1}, {d}, extent, FactorKind::kIndexed);  // rows written at the index values
       } else {
         b.add_factor({d, -1, source.rank() > 0 ? d : -1}, {d}, extent);
       }
@@ -336,35 +379,11 @@ void register_index_copy(OpRegistry& r) {
     return b.build();
   };
   def.kernel = [](const OpArgs& args, std::span<const DenseTensor> in) {
-    const TensorType out_type = index_copy_type(args, types_of(in));
-    const DenseTensor& self = in[0];
-    const int64_t dim = wrap_dim(args.get_int("dim"), self.rank());
-    const Slab rows = slab(self.shape(), dim);
-    const std::vector<int64_t> indices = index_values(in[1]);
-    check_indices(indices, rows.size, [&](int64_t i) {
-      return fmt::format("index_copy_(): index {} is out of bounds for dimension {} with size {}", i,
-                         dim, rows.size);
-    });
-    // Functional: a copy of self with the rows replaced; written into self's
-    // buffer when nothing else holds it (a donated cache at its last use).
-    DenseTensor out;
-    if (self.is_sole_owner()) {
-      out = self;
-    } else {
-      out = DenseTensor::empty(out_type.dtype, out_type.shape);
-      std::memcpy(out.data(), self.data(), self.nbytes());
-    }
-    // Source is [outer, count, inner]; k ascending, so the last duplicate wins.
-    const std::size_t row = static_cast<std::size_t>(rows.inner) * element_size(self.dtype());
-    const auto count = static_cast<int64_t>(indices.size());
-    const std::byte* src = in[2].data();
-    for (int64_t k = 0; k < count; ++k) {
-      for (int64_t o = 0; o < rows.outer; ++o) {
-        std::memcpy(out.data() + static_cast<std::size_t>(o * rows.size + indices[static_cast<std::size_t>(k)]) * row,
-                    src + static_cast<std::size_t>(o * count + k) * row, row);
-      }
-    }
-    return std::vector<DenseTensor>{std::move(out)};
+    const int64_t dim = wrap_dim(args.get_int("dim"), in[0].rank());
+    return std::vector<DenseTensor>{copy_rows_in_window(args, in, IndexWindow{0, slab(in[0].shape(), dim).size})};
+  };
+  def.windowed_kernel = [](const OpArgs& args, std::span<const DenseTensor> in, const IndexWindow& window) {
+    return std::vector<DenseTensor>{copy_rows_in_window(args, in, window)};
   };
   r.add("aten::index_copy(Tensor self, int dim, Tensor index, Tensor source) -> Tensor", std::move(def));
 }

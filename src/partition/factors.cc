@@ -311,8 +311,8 @@ std::vector<std::vector<int>> choose_factors(const FactorChoice& c, FactorPlan p
     }
     for (std::size_t o = 0; o < operands.size(); ++o) {
       for (const auto& [f, axes] : offered[o]) {
-        if (rule.factors[f].kind == FactorKind::kIndexed && !axes.empty() &&
-            !lookup_in_shards_is_cheaper(c, *operands[o], *current[o], axes)) {
+        if (rule.factors[f].kind == FactorKind::kIndexed && rule.leaves_partials(static_cast<int>(f)) &&
+            !axes.empty() && !lookup_in_shards_is_cheaper(c, *operands[o], *current[o], axes)) {
           continue;
         }
         take(f, axes);

@@ -179,8 +179,8 @@ std::vector<int> Partitioner::sharded_reduction_axes(
     ReduceOp& reduction) {
   std::vector<int> axes;
   for (std::size_t f = 0; f < rule.factors.size(); ++f) {
+    if (!rule.leaves_partials(static_cast<int>(f)) || factor_axes[f].empty()) continue;
     const FactorKind kind = rule.factors[f].kind;
-    if ((kind != FactorKind::kReduction && kind != FactorKind::kIndexed) || factor_axes[f].empty()) continue;
     reduction = kind == FactorKind::kIndexed ? ReduceOp::kSum : rule.factors[f].reduction;
     axes.insert(axes.end(), factor_axes[f].begin(), factor_axes[f].end());
   }
@@ -385,17 +385,20 @@ void Partitioner::lower_op(const Node& node) {
     }
   }
   // A lookup in the shards of an indexed dim: each device gives the rows its
-  // shard holds and zeros for the others.
+  // shard holds and zeros for the others. A write (the result has the dim):
+  // each device writes the rows its shard holds.
   int indexed_input = -1, indexed_dim = 0;
+  bool indexed_write = false;
   for (std::size_t f = 0; f < rule.factors.size() && indexed_input < 0; ++f) {
     if (rule.factors[f].kind != FactorKind::kIndexed || factor_axes[f].empty()) continue;
     std::tie(indexed_input, indexed_dim) = first_operand_dim(rule, static_cast<int>(f));
     if (indexed_input < 0) continue;
+    indexed_write = !rule.leaves_partials(static_cast<int>(f));
     if (!op.windowed_kernel) {
       throw Error(fmt::format("internal: {} has an indexed dim but no windowed kernel", op.full_name()));
     }
     const Value* source = operands[static_cast<std::size_t>(indexed_input)];
-    if (partial_reason.empty()) {
+    if (partial_reason.empty() && rule.leaves_partials(static_cast<int>(f))) {
       partial_reason = fmt::format("{} looks up dim {} of %{}, sharded on {} by {}: each device gives the rows its "
                                    "shard holds and zeros for the others",
                                    node_text(node), indexed_dim, source->name(), builder_.axes_text(factor_axes[f]),
@@ -434,6 +437,7 @@ void Partitioner::lower_op(const Node& node) {
   if (indexed_input >= 0) {
     const Rep& rep = local[static_cast<std::size_t>(indexed_input)];
     compute.indexed_input = indexed_input;
+    compute.indexed_write = indexed_write;
     compute.dim = indexed_dim;
     const Shape& shape = operands[static_cast<std::size_t>(indexed_input)]->type().shape;
     compute.global_size = shape[static_cast<std::size_t>(indexed_dim)];

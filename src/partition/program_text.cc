@@ -109,7 +109,8 @@ std::string PartitionedProgram::to_string(const Graph& graph) const {
       case InstructionKind::kCompute: {
         std::string window;
         if (instruction.indexed_input >= 0) {
-          window = fmt::format("  # looks up this device's rows of dim {} of %{} ({} rows over {})", instruction.dim,
+          window = fmt::format("  # {} this device's rows of dim {} of %{} ({} rows over {})",
+                               instruction.indexed_write ? "writes" : "looks up", instruction.dim,
                                instruction.inputs[static_cast<std::size_t>(instruction.indexed_input)],
                                instruction.global_size, axes_list(*mesh, instruction.axes_before));
         }

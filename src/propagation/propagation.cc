@@ -171,9 +171,7 @@ class Propagator {
       });
       if (!list.front().axes.empty()) {
         // A sharded lookup leaves a partial sum, as a contraction does.
-        const FactorKind kind = rule.factors[f].kind;
-        const bool reduction = kind == FactorKind::kReduction || kind == FactorKind::kIndexed;
-        choices.push_back({static_cast<int>(f), list.front(), reduction});
+        choices.push_back({static_cast<int>(f), list.front(), rule.leaves_partials(static_cast<int>(f))});
       }
     }
     std::stable_sort(choices.begin(), choices.end(), [](const Choice& a, const Choice& b) {

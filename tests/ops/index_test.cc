@@ -389,9 +389,9 @@ TEST(IndexOps, ShardingRules) {
   EXPECT_EQ(run_op("aten::index_select", {f32({8, 16}), -2, idx({}, 8)}).rule.to_string(),
             "([k, j], [])->([i, j]) {i=1, j=16, k=8} indexed={k}");
   EXPECT_EQ(run_op("aten::index_copy", {f32({2, 16, 8, 4}), 1, idx({3}, 16), f32({2, 3, 8, 4})}).rule.to_string(),
-            "([i, j, k, l], [m], [i, m, k, l])->([i, j, k, l]) {i=2, j=16, k=8, l=4, m=3} need_replication={j, m}");
+            "([i, j, k, l], [m], [i, m, k, l])->([i, j, k, l]) {i=2, j=16, k=8, l=4, m=3} need_replication={m} indexed={j}");
   EXPECT_EQ(run_op("aten::index_copy", {f32({5}), 0, idx({1}, 5), f32({})}).rule.to_string(),
-            "([i], [j], [])->([i]) {i=5, j=1} need_replication={i, j}");
+            "([i], [j], [])->([i]) {i=5, j=1} need_replication={j} indexed={i}");
   EXPECT_EQ(run_op("aten::gather", {f32({4, 10}), 1, idx({4, 3}, 10)}).rule.to_string(),
             "([i, k], [i, j])->([i, j]) {i=4, j=3, k=10} indexed={k}");
   EXPECT_EQ(run_op("aten::gather", {f32({4, 10}), 1, idx({2, 3}, 10)}).rule.to_string(),

@@ -105,7 +105,7 @@ class RandomCase {
         return false;
       }
     };
-    switch (pick(0, 30)) {
+    switch (pick(0, 31)) {
       case 0: return sf::silu(a);
       case 1: return sf::tanh(a) * 2;
       case 2: return broadcastable(a, b) ? a + b : a - 1;
@@ -169,6 +169,13 @@ class RandomCase {
         return sf::rms_norm(a, shape, pick(0, 1) ? annotate(w) : w, 1e-5);
       }
       case 29: return rank > 0 ? sf::gather(a, dim, sf::argmax(a, dim, true)) : a;  // the maxima
+      case 30: {  // rows 2, 0, 1, 1 of `a` along dim replaced (the last 1 wins), where a shard or all hold them
+        if (rank == 0 || a.size(dim) < 3) return a * 0.75;
+        sf::Shape rows = a.shape();
+        rows[static_cast<std::size_t>(dim)] = indices.numel();
+        const sf::Tensor source = sf::randn(rows, pick(0, 100000));
+        return sf::index_copy(a, dim, indices, pick(0, 1) ? annotate(source) : source);
+      }
       default: return sf::sqrt(sf::abs(a) + 1);
     }
   }
@@ -225,7 +232,7 @@ TEST(Differential, ShardedResultEqualsSingleDeviceResult) {
   // One runtime per device count, so group the cases by their mesh size.
   std::map<int64_t, std::vector<uint32_t>> seeds_by_size;
   for (uint32_t seed = 0; seed < kCases; ++seed) seeds_by_size[RandomCase(seed).mesh().size()].push_back(seed);
-  int sharded_cases = 0, lookups_in_shards = 0;
+  int sharded_cases = 0, lookups_in_shards = 0, writes_in_shards = 0;
   int failures = 0;
   for (const auto& [size, seeds] : seeds_by_size) {
     sf::Runtime runtime = sf::Runtime::local(size);
@@ -248,7 +255,8 @@ TEST(Differential, ShardedResultEqualsSingleDeviceResult) {
         const std::vector<sf::Tensor> actual = sf::run_program(program, runtime, c.inputs());
         sharded_cases += program.mesh->size() > 1 ? 1 : 0;
         for (const sf::Instruction& instruction : program.instructions) {
-          lookups_in_shards += instruction.indexed_input >= 0 ? 1 : 0;
+          lookups_in_shards += instruction.indexed_input >= 0 && !instruction.indexed_write ? 1 : 0;
+          writes_in_shards += instruction.indexed_write ? 1 : 0;
         }
         for (std::size_t o = 0; o < expected.size(); ++o) {
           const ::testing::AssertionResult same = same_values(expected[o], actual[o], rtol);
@@ -268,6 +276,7 @@ TEST(Differential, ShardedResultEqualsSingleDeviceResult) {
   }
   EXPECT_GT(sharded_cases, static_cast<int>(kCases) / 2);
   EXPECT_GT(lookups_in_shards, 20);
+  EXPECT_GT(writes_in_shards, 20);
 }
 
 }  // namespace

@@ -1,7 +1,10 @@
 // Lookups in a table sharded along the dim they index (embedding's
 // vocabulary, index_select's source dim): each device looks up the indices
 // that fall in its shard and gives zeros for the others, and one all-reduce
-// of the small result replaces a gather of the whole table.
+// of the small result replaces a gather of the whole table. Writes into a
+// tensor sharded along the dim they index (index_copy into a KV cache split
+// over its positions): each device writes the rows its shard holds, with no
+// collective at all.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -19,7 +22,7 @@ namespace {
 
 struct PartitionedRun {
   std::vector<std::string> collectives;  // described
-  int lookups_in_shards = 0;             // compute instructions with an index window
+  int lookups_in_shards = 0;             // compute instructions with an index window (lookups or writes)
   std::string program;
 };
 
@@ -71,31 +74,36 @@ std::string ints(const std::vector<int64_t>& values) {
   return out;
 }
 
+// A mesh of 8 devices with 1-3 axes 'a', 'b', ... (the trial picks the
+// shape), as an annotation's first three arguments, and a random non-empty
+// sequence of its axes as a spec entry's items ("'b', 'a'").
+std::pair<std::string, std::string> random_mesh_and_axes(int trial, std::mt19937& rng) {
+  const std::vector<std::vector<int64_t>> meshes = {{8}, {2, 4}, {4, 2}, {2, 2, 2}};
+  const std::vector<int64_t>& shape = meshes[static_cast<std::size_t>(trial) % meshes.size()];
+  std::vector<int> axes(shape.size());
+  std::iota(axes.begin(), axes.end(), 0);
+  std::shuffle(axes.begin(), axes.end(), rng);
+  axes.resize(std::uniform_int_distribution<std::size_t>(1, axes.size())(rng));
+  std::string names, spec, sizes;
+  for (std::size_t a = 0; a < shape.size(); ++a) {
+    names += fmt::format("{}'{}'", a > 0 ? ", " : "", static_cast<char>('a' + a));
+    sizes += fmt::format("{}{}", a > 0 ? ", " : "", shape[a]);
+  }
+  for (int axis : axes) spec += fmt::format("{}'{}'", spec.empty() ? "" : ", ", static_cast<char>('a' + axis));
+  const char* comma = shape.size() == 1 ? "," : "";
+  return {fmt::format("[0, 1, 2, 3, 4, 5, 6, 7], \"({}{})\", \"({}{})\"", sizes, comma, names, comma), spec};
+}
+
 // A vocab-sharded embedding table on a random mesh (1-3 axes, 8 devices),
 // its rows over a random non-empty sequence of axes (tiles that do not
 // divide the vocabulary, empty last tiles), indices at both ends and in
 // between: the same rows as one device, with no gather of the table and a
 // single all-reduce of the looked-up rows.
 TEST(LookupInShards, EmbeddingOverAnyAxesGivesTheSingleDeviceRows) {
-  const std::vector<std::vector<int64_t>> meshes = {{8}, {2, 4}, {4, 2}, {2, 2, 2}};
   sf::Runtime runtime = sf::Runtime::local(8);
   std::mt19937 rng(7);
   for (int trial = 0; trial < 40; ++trial) {
-    const std::vector<int64_t>& shape = meshes[static_cast<std::size_t>(trial) % meshes.size()];
-    std::vector<int> axes(shape.size());
-    std::iota(axes.begin(), axes.end(), 0);
-    std::shuffle(axes.begin(), axes.end(), rng);
-    axes.resize(std::uniform_int_distribution<std::size_t>(1, axes.size())(rng));
-    std::string names, spec, sizes;
-    for (std::size_t a = 0; a < shape.size(); ++a) {
-      names += fmt::format("{}'{}'", a > 0 ? ", " : "", static_cast<char>('a' + a));
-      sizes += fmt::format("{}{}", a > 0 ? ", " : "", shape[a]);
-    }
-    for (int axis : axes)
-      spec += fmt::format("{}'{}'", spec.empty() ? "" : ", ", static_cast<char>('a' + axis));
-    const std::string mesh =
-        fmt::format("[0, 1, 2, 3, 4, 5, 6, 7], \"({}{})\", \"({}{})\"", sizes,
-                    shape.size() == 1 ? "," : "", names, shape.size() == 1 ? "," : "");
+    const auto [mesh, spec] = random_mesh_and_axes(trial, rng);
     // More rows than twice the 6 looked up: else gathering the table moves
     // less. The first: 17 rows in 8 tiles of 3, the last two empty.
     const int64_t vocab = trial == 0 ? 17 : std::uniform_int_distribution<int64_t>(13, 70)(rng);
@@ -272,6 +280,71 @@ TEST(LookupInShards, AnIndexPastTheTableIsTheSingleDeviceError) {
           "index out of range in self: index 10 is out of bounds for dimension 0 with size 10"),
       std::string::npos)
       << sharded;
+}
+
+// A KV cache [2, S, 3, D] split over its positions on a random mesh (1-3
+// axes, 8 devices), over a random non-empty sequence of axes (tiles that do
+// not divide S, empty last tiles), updated at 1-3 positions (both ends,
+// repeats: the last write wins): the single-device result, each device
+// writing only the rows it holds, and no collective.
+TEST(WritesInShards, CacheSplitOverPositionsIsUpdatedWhereItLies) {
+  sf::Runtime runtime = sf::Runtime::local(8);
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 40; ++trial) {
+    const auto [mesh, spec] = random_mesh_and_axes(trial, rng);
+    // The first: 5 positions in 8 tiles of 1, the last three empty.
+    const int64_t positions = trial == 0 ? 5 : std::uniform_int_distribution<int64_t>(2, 40)(rng);
+    const int64_t depth = std::uniform_int_distribution<int64_t>(1, 5)(rng);
+    std::vector<int64_t> written{positions - 1};
+    if (trial % 2 == 0) written.push_back(0);
+    if (trial % 3 == 0) written.push_back(positions - 1);
+    const auto count = static_cast<int64_t>(written.size());
+    const std::string cache = fmt::format("f32[2,{},3,{}]", positions, depth),
+                      rows = fmt::format("f32[2,{},3,{}]", count, depth),
+                      cache_spec = "(None, (" + spec + ",), None, None)";
+    const std::string text = "func @f(%c: " + cache + ", %at: i64[" + std::to_string(count) + "], %new: " + rows +
+                             ") -> (" + cache + ") {\n  %s = " + annotate("c", cache_spec, cache, mesh) +
+                             "\n  %u = aten::index_copy(%s, 1, %at, %new) : " + cache + "\n  %o = " +
+                             annotate("u", cache_spec, cache, mesh) + "\n  return %o\n}\n";
+    SCOPED_TRACE(text + "positions " + ints(written));
+    const PartitionedRun run = run_and_compare(
+        text, runtime,
+        {sf::randn({2, positions, 3, depth}, static_cast<uint64_t>(trial)),
+         sf::Tensor::from_ints(written, {count}), sf::randn({2, count, 3, depth}, static_cast<uint64_t>(trial) + 100)});
+    EXPECT_EQ(run.lookups_in_shards, 1) << run.program;
+    EXPECT_TRUE(run.collectives.empty()) << run.program;
+    EXPECT_NE(run.program.find("writes this device's rows of dim 1"), std::string::npos) << run.program;
+  }
+}
+
+// A position past the cache is the single-device error on every device,
+// not a write that no shard takes.
+TEST(WritesInShards, APositionPastTheCacheIsTheSingleDeviceError) {
+  sf::Runtime runtime = sf::Runtime::local(4);
+  const std::string mesh = R"M([0, 1, 2, 3], "(4,)", "('s',)")M";
+  const std::string text = "func @f(%c: f32[1,8,2], %at: i64[1], %new: f32[1,1,2]) -> (f32[1,8,2]) {\n  %s = " +
+                           annotate("c", "(None, 's', None)", "f32[1,8,2]", mesh) +
+                           "\n  %u = aten::index_copy(%s, 1, %at, %new) : f32[1,8,2]\n  return %u\n}\n";
+  sf::ops::register_all_ops();
+  const sf::Graph graph = sf::parse_graph(text);
+  const sf::PartitionedProgram program = sf::partition_graph(graph, sf::propagate_shardings(graph));
+  const std::vector<sf::Tensor> inputs{sf::randn({1, 8, 2}, 1), sf::Tensor::from_ints(std::vector<int64_t>{8}, {1}),
+                                       sf::randn({1, 1, 2}, 2)};
+  const std::string expected = "index_copy_(): index 8 is out of bounds for dimension 1 with size 8";
+  std::vector<sf::DenseTensor> values;
+  for (const sf::Tensor& input : inputs) values.push_back(input.value());
+  try {
+    sf::run_graph(graph, values);
+    ADD_FAILURE() << "one device accepted position 8";
+  } catch (const sf::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+  }
+  try {
+    sf::run_program(program, runtime, inputs);
+    ADD_FAILURE() << "4 devices accepted position 8";
+  } catch (const sf::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

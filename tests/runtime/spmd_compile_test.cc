@@ -136,42 +136,50 @@ namespace {
 
 // donate_inputs on devices: each device updates its own shard of a donated
 // cache in place; a shard another holder shares is copied first.
+// The cache split over its batch rows, and over its positions (the dim
+// index_copy writes, 3 rows in tiles of 1: the last device holds none):
+// either way each device updates its own shard, in place when donated.
 TEST(SpmdCompile, DonatedShardsAreUpdatedInPlace) {
   sf::Runtime runtime = sf::Runtime::local(4);
   const sf::Mesh mesh(iota(4), {4}, {"x"});
-  sf::CompiledFunction step(
-      [&](const std::vector<sf::Tensor>& in) {
-        return std::vector<sf::Tensor>{sf::mark_sharding(sf::index_copy(in[0], 1, in[1], in[2]), mesh, {"x", sf::none, sf::none})};
-      },
-      "cache_update");
-  step.donate_inputs({0});
-  const sf::Tensor position = sf::Tensor::from_ints(std::vector<int64_t>{2}, {1});
-  sf::Tensor row = sf::Tensor::from_floats(std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8}, {4, 1, 2});
-  sf::mark_sharding(row, mesh, {"x", sf::none, sf::none});
-  std::vector<float> expected(4 * 3 * 2, 0.0f);
-  for (int b = 0; b < 4; ++b) {
-    expected[static_cast<std::size_t>(b * 6 + 4)] = static_cast<float>(2 * b + 1);
-    expected[static_cast<std::size_t>(b * 6 + 5)] = static_cast<float>(2 * b + 2);
+  for (const sf::PartitionSpec& spec : {sf::PartitionSpec{"x", sf::none, sf::none},
+                                        sf::PartitionSpec{sf::none, "x", sf::none}}) {
+    SCOPED_TRACE(spec.to_string());
+    sf::CompiledFunction step(
+        [&](const std::vector<sf::Tensor>& in) {
+          return std::vector<sf::Tensor>{sf::mark_sharding(sf::index_copy(in[0], 1, in[1], in[2]), mesh, spec)};
+        },
+        "cache_update");
+    step.donate_inputs({0});
+    const sf::Tensor position = sf::Tensor::from_ints(std::vector<int64_t>{2}, {1});
+    sf::Tensor row = sf::Tensor::from_floats(std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8}, {4, 1, 2});
+    if (!spec[0].is_none()) sf::mark_sharding(row, mesh, spec);
+    std::vector<float> expected(4 * 3 * 2, 0.0f);
+    for (int b = 0; b < 4; ++b) {
+      expected[static_cast<std::size_t>(b * 6 + 4)] = static_cast<float>(2 * b + 1);
+      expected[static_cast<std::size_t>(b * 6 + 5)] = static_cast<float>(2 * b + 2);
+    }
+
+    sf::Tensor cache = sf::zeros({4, 3, 2});
+    sf::mark_sharding(cache, mesh, spec);
+    std::vector<const std::byte*> before;
+    for (const sf::LocalShard& shard : cache.local_shards()) before.push_back(shard.data.data());
+    std::vector<sf::Tensor> inputs{std::move(cache), position, row};
+    const sf::Tensor updated = step.call(inputs)[0];
+    EXPECT_EQ(updated.to_floats(), expected);
+    EXPECT_EQ(step.program_text().find("all-gather"), std::string::npos) << step.program_text();
+    ASSERT_EQ(updated.local_shards().size(), 4u);
+    for (std::size_t d = 0; d < 4; ++d) EXPECT_EQ(updated.local_shards()[d].data.data(), before[d]) << "device " << d;
+    EXPECT_THROW(inputs[0].to_floats(), sf::Error);
+
+    // Kept by the caller: not donated, left as it was.
+    sf::Tensor kept = sf::zeros({4, 3, 2});
+    sf::mark_sharding(kept, mesh, spec);
+    const sf::Tensor result = step.call({kept, position, row})[0];
+    EXPECT_EQ(result.to_floats(), expected);
+    EXPECT_EQ(kept.to_floats(), std::vector<float>(24, 0.0f));
+    EXPECT_NE(result.local_shards()[0].data.data(), kept.local_shards()[0].data.data());
   }
-
-  sf::Tensor cache = sf::zeros({4, 3, 2});
-  sf::mark_sharding(cache, mesh, {"x", sf::none, sf::none});
-  std::vector<const std::byte*> before;
-  for (const sf::LocalShard& shard : cache.local_shards()) before.push_back(shard.data.data());
-  std::vector<sf::Tensor> inputs{std::move(cache), position, row};
-  const sf::Tensor updated = step.call(inputs)[0];
-  EXPECT_EQ(updated.to_floats(), expected);
-  ASSERT_EQ(updated.local_shards().size(), 4u);
-  for (std::size_t d = 0; d < 4; ++d) EXPECT_EQ(updated.local_shards()[d].data.data(), before[d]) << "device " << d;
-  EXPECT_THROW(inputs[0].to_floats(), sf::Error);
-
-  // Kept by the caller: not donated, left as it was.
-  sf::Tensor kept = sf::zeros({4, 3, 2});
-  sf::mark_sharding(kept, mesh, {"x", sf::none, sf::none});
-  const sf::Tensor result = step.call({kept, position, row})[0];
-  EXPECT_EQ(result.to_floats(), expected);
-  EXPECT_EQ(kept.to_floats(), std::vector<float>(24, 0.0f));
-  EXPECT_NE(result.local_shards()[0].data.data(), kept.local_shards()[0].data.data());
 }
 
 }  // namespace

@@ -126,9 +126,10 @@ struct OpDef {
   // buffer under the result's shape (see reinterprets_operand). Unset: never.
   KeepsOrderFn keeps_element_order;
   // Ops with an indexed factor: the kernel on a shard of the indexed dim.
-  // Indices are checked against window.global_size as `kernel` checks them;
-  // those inside the shard pick its rows, all others give zeros, so the
-  // devices' results add up to the whole lookup.
+  // Indices are checked against window.global_size as `kernel` checks them.
+  // A lookup: those inside the shard pick its rows, all others give zeros,
+  // so the devices' results add up to the whole lookup. A write: those
+  // inside the shard write its rows, the others are left to their shards.
   WindowedKernelFn windowed_kernel;
 
   std::string full_name() const { return schema.full_name(); }

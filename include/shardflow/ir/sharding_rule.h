@@ -9,11 +9,15 @@
 //                     (sum or max) until reduced by a collective;
 //   need-replication  must be gathered first (the softmax dim, the sliced dim
 //                     of a slice, the cat dim);
-//   indexed           an operand dim that index values pick from (embedding's
-//                     vocabulary): sharded, each device looks up the indices
-//                     that fall in its shard and gives zeros for the others
-//                     (the op's windowed_kernel), so the result is a partial
-//                     sum over the factor's axes, as for a reduction;
+//   indexed           a dim that index values pick from or write to (the op's
+//                     windowed_kernel runs on a shard of it). Only on
+//                     operands, a lookup (embedding's vocabulary): each
+//                     device looks up the indices that fall in its shard and
+//                     gives zeros for the others, so the result is a partial
+//                     sum over the factor's axes, as for a reduction. On the
+//                     result too, a write (index_copy's written dim): each
+//                     device writes the indices in its shard, and the result
+//                     is sharded as the operand is;
 //   permutation       moves data between neighbouring shards (halo
 //                     exchanges); no op uses it yet.
 // A matmul f32[8,32] x f32[32,16] prints as
@@ -51,6 +55,11 @@ struct OpShardingRule {
 
   // "([i, k], [k, j])->([i, j]) {i=8, j=16, k=32} reduction={k}"
   std::string to_string() const;
+  // Whether some result has factor f.
+  bool in_results(int f) const;
+  // Whether sharding factor f leaves the results unreduced partial sums: a
+  // reduction factor, or an indexed one the results lack (a lookup).
+  bool leaves_partials(int f) const;
 };
 
 // Builds rules without index bookkeeping. Example (matmul 2-D):

@@ -76,8 +76,10 @@ struct Instruction {
   double scale = 1;                // kCompute: multiply the result by it (mean over a sharded dim)
   // kCompute of a lookup in shards (an indexed factor, OpDef::windowed_kernel):
   // the input whose dim `dim` of `global_size` rows is split over
-  // `axes_before`; -1 for a plain kernel call.
+  // `axes_before`; -1 for a plain kernel call. indexed_write: the op writes
+  // those rows (index_copy) rather than looking them up.
   int indexed_input = -1;
+  bool indexed_write = false;
   // Input slots this instruction reads last (program outputs never): a device
   // drops them after it, so it holds only the values still ahead of it, and
   // a compute instruction that reads such a slot once takes it as the sole
