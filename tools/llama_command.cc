@@ -78,8 +78,12 @@ Setup make_setup(const LlamaOptions& o) {
     s.config = Config::named(o.config.value_or("stories15M"));
   }
   s.axis_names = parse_name_list("--axis-names", o.axis_names);
+  if (o.devices && *o.devices < 1) throw UsageError(fmt::format("--devices must be at least 1, got {}", *o.devices));
   if (o.mesh) {
     s.mesh_shape = parse_int_list("--mesh", *o.mesh);
+    for (int64_t size : s.mesh_shape) {
+      if (size < 1) throw UsageError(fmt::format("--mesh sizes must be at least 1, got {} in {}", size, *o.mesh));
+    }
   } else {
     const int64_t devices = o.devices.value_or(1);
     s.mesh_shape.assign(s.axis_names.size(), 1);

@@ -133,6 +133,16 @@ TEST(LlamaCli, BadInputGivesOneErrorLine) {
   EXPECT_EQ(mismatch.status, 1);
   EXPECT_NE(mismatch.err.find("--devices 8 does not match the mesh 2,1,2 of 4 devices"), std::string::npos)
       << mismatch.err;
+  // A mesh or device count below 1 is refused, not run on one device.
+  for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
+           {"--mesh 1,1,-2", "--mesh sizes must be at least 1, got -2 in 1,1,-2"},
+           {"--mesh 0,1,2", "--mesh sizes must be at least 1, got 0 in 0,1,2"},
+           {"--devices -3", "--devices must be at least 1, got -3"},
+           {"--devices 0", "--devices must be at least 1, got 0"}}) {
+    const CliResult bad = run_cli("llama --config tiny " + args);
+    EXPECT_EQ(bad.status, 2) << args;
+    EXPECT_NE(bad.err.find(message), std::string::npos) << args << ": " << bad.err;
+  }
   const CliResult unknown = run_cli("llama --config huge");
   EXPECT_EQ(unknown.status, 1);
   EXPECT_NE(unknown.err.find("unknown LLaMA config 'huge'; expected one of: tiny, stories15M"), std::string::npos);
