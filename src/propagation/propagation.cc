@@ -154,11 +154,25 @@ class Propagator {
     // settled in priority order and an axis goes to one factor only:
     // pass-through factors before reduction factors (sharding a contracted
     // dim costs a reduction of the result, sharding a kept dim costs
-    // nothing), then by the winner's standing as above.
+    // nothing), then by the winner's standing as above. A lookup in an
+    // annotated table's shards (a partial sum, like a contraction) comes
+    // right after the annotated pass-through factors: the partitioner looks
+    // up there whenever the table is much larger than the rows (its
+    // lookup_in_shards_is_cheaper), so an axis that an open tensor offers
+    // the batch would only make it gather the indices.
+    int64_t result_bytes = 0;
+    for (const Value* v : node.outputs()) result_bytes = std::max(result_bytes, states_.at(v).bytes);
     struct Choice {
       int factor;
       Candidate winner;
-      bool reduction;
+      int rank;  // lower settles first
+    };
+    const auto rank_of = [&](int f, const Candidate& winner) {
+      if (!rule.leaves_partials(f)) return winner.tensor->closed ? 0 : 2;
+      const bool table_lookup = rule.factors[static_cast<std::size_t>(f)].kind == FactorKind::kIndexed &&
+                                winner.tensor->closed && 2 * result_bytes < winner.tensor->bytes;
+      if (table_lookup) return 1;
+      return winner.tensor->closed ? 3 : 4;
     };
     std::vector<Choice> choices;
     for (std::size_t f = 0; f < rule.factors.size(); ++f) {
@@ -170,13 +184,11 @@ class Propagator {
         return a.tensor->bytes > b.tensor->bytes;
       });
       if (!list.front().axes.empty()) {
-        // A sharded lookup leaves a partial sum, as a contraction does.
-        choices.push_back({static_cast<int>(f), list.front(), rule.leaves_partials(static_cast<int>(f))});
+        choices.push_back({static_cast<int>(f), list.front(), rank_of(static_cast<int>(f), list.front())});
       }
     }
     std::stable_sort(choices.begin(), choices.end(), [](const Choice& a, const Choice& b) {
-      if (a.reduction != b.reduction) return !a.reduction;
-      if (a.winner.tensor->closed != b.winner.tensor->closed) return a.winner.tensor->closed;
+      if (a.rank != b.rank) return a.rank < b.rank;
       return a.winner.tensor->bytes > b.winner.tensor->bytes;
     });
     std::vector<std::vector<int>> factor_axes(rule.factors.size());

@@ -152,35 +152,36 @@ TEST(LookupInShards, VocabParallelEmbeddingMovesTheRowsNotTheTable) {
       << run.program;
 }
 
-// The partial rows stay partial through a linear op and are
-// reduce-scattered where an annotation wants them sharded (the tokens are
-// annotated whole: left open, propagation would feed them sharded like the
-// rows and the lookup would first gather them).
+// The partial rows stay partial through an elementwise op and are
+// reduce-scattered where an annotation wants them sharded. The tokens are
+// read where they are: annotated whole, or left open (propagation then
+// leaves them whole too, rather than handing them the batch split of the
+// rows only to have the lookup gather them back).
 TEST(LookupInShards, LookedUpRowsAreReducedWhereTheyAreNeeded) {
   sf::Runtime runtime = sf::Runtime::local(4);
   const std::string mesh = R"M([0, 1, 2, 3], "(4,)", "('m',)")M";
-  const std::string text =
-      "func @f(%w: f32[1000,64], %tokens: i64[4,8]) -> (f32[4,8,64]) {\n"
-      "  %t = " +
-      annotate("w", "('m', None)", "f32[1000,64]", mesh) +
-      "\n"
-      "  %k = " +
-      annotate("tokens", "(None, None)", "i64[4,8]", mesh) +
-      "\n"
-      "  %e = aten::embedding(%t, %k) : f32[4,8,64]\n"
-      "  %s = aten::mul.Scalar(%e, 2.0) : f32[4,8,64]\n"
-      "  %a = " +
-      annotate("s", "('m', None, None)", "f32[4,8,64]", mesh) +
-      "\n"
-      "  %r = aten::exp(%a) : f32[4,8,64]\n"
-      "  return %r\n}\n";
-  std::vector<int64_t> tokens(32);
-  for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int64_t>(i * 31 % 1000);
-  const PartitionedRun run = run_and_compare(
-      text, runtime, {sf::randn({1000, 64}, 4), sf::Tensor::from_ints(tokens, {4, 8})});
-  ASSERT_EQ(run.collectives.size(), 1u) << run.program;
-  EXPECT_EQ(run.collectives[0].rfind("reduce-scatter over 'm' (8 KiB/device)", 0), 0u)
-      << run.collectives[0];
+  for (const bool tokens_annotated : {true, false}) {
+    SCOPED_TRACE(tokens_annotated ? "tokens annotated whole" : "tokens open");
+    const std::string tokens_line =
+        tokens_annotated ? "  %k = " + annotate("tokens", "(None, None)", "i64[4,8]", mesh) + "\n" : "";
+    const std::string text = "func @f(%w: f32[1000,64], %tokens: i64[4,8]) -> (f32[4,8,64]) {\n  %t = " +
+                             annotate("w", "('m', None)", "f32[1000,64]", mesh) + "\n" + tokens_line +
+                             "  %e = aten::embedding(%t, " + (tokens_annotated ? "%k" : "%tokens") +
+                             ") : f32[4,8,64]\n"
+                             "  %s = aten::mul.Scalar(%e, 2.0) : f32[4,8,64]\n"
+                             "  %a = " +
+                             annotate("s", "('m', None, None)", "f32[4,8,64]", mesh) +
+                             "\n"
+                             "  %r = aten::exp(%a) : f32[4,8,64]\n"
+                             "  return %r\n}\n";
+    std::vector<int64_t> tokens(32);
+    for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int64_t>(i * 31 % 1000);
+    const PartitionedRun run = run_and_compare(
+        text, runtime, {sf::randn({1000, 64}, 4), sf::Tensor::from_ints(tokens, {4, 8})});
+    ASSERT_EQ(run.collectives.size(), 1u) << run.program;
+    EXPECT_EQ(run.collectives[0].rfind("reduce-scatter over 'm' (8 KiB/device)", 0), 0u)
+        << run.collectives[0];
+  }
 }
 
 // index_select from a source sharded along the selected dim: a few rows of

@@ -102,4 +102,37 @@ TEST(Propagation, InputShardingsAreKeptAndMeshesMustAgree) {
   EXPECT_FALSE(result.is_annotated(graph.find_value("a")));
 }
 
+// A table annotated over its vocabulary is looked up in its shards (the
+// partitioner does so when the table is much larger than the rows). Open
+// token ids then stay whole: the batch axis the rows get from a later
+// annotation would only make the lookup gather them back.
+TEST(Propagation, LookupsInAnAnnotatedTableKeepOpenIndicesWhole) {
+  const sf::Graph graph = parse(R"IR(func @f(%w: f32[1000,64], %tokens: i64[4,8]) -> (f32[4,8,64]) {
+  %t = xla::dynamo_mark_sharding(%w, [0, 1, 2, 3], "(4,)", "('m',)", "('m', None)") : f32[1000,64]
+  %e = aten::embedding(%t, %tokens) : f32[4,8,64]
+  %s = aten::mul.Scalar(%e, 2.0) : f32[4,8,64]
+  %a = xla::dynamo_mark_sharding(%s, [0, 1, 2, 3], "(4,)", "('m',)", "('m', None, None)") : f32[4,8,64]
+  return %a
+}
+)IR");
+  const sf::PropagationResult result = sf::propagate_shardings(graph);
+  EXPECT_EQ(readable(result, graph, "tokens"), "[{},{}]");
+  EXPECT_EQ(readable(result, graph, "e"), "[{m},{},{}]");  // where the partial rows are scattered to
+}
+
+// Annotated ids keep their batch split on the table's axis: the rows come
+// out split over the batch (data parallel), not as partial sums.
+TEST(Propagation, AnnotatedIndicesKeepTheirSplitOverATableOnTheSameAxis) {
+  const sf::Graph graph = parse(R"IR(func @f(%w: f32[1000,64], %tokens: i64[4,8]) -> (f32[4,8,64]) {
+  %t = xla::dynamo_mark_sharding(%w, [0, 1, 2, 3], "(4,)", "('m',)", "('m', None)") : f32[1000,64]
+  %k = xla::dynamo_mark_sharding(%tokens, [0, 1, 2, 3], "(4,)", "('m',)", "('m', None)") : i64[4,8]
+  %e = aten::embedding(%t, %k) : f32[4,8,64]
+  return %e
+}
+)IR");
+  const sf::PropagationResult result = sf::propagate_shardings(graph);
+  EXPECT_EQ(readable(result, graph, "e"), "[{m},{},{}]");
+  EXPECT_EQ(result.origin(graph.find_value("e"), 0).describe(), "the annotation at %k through %e aten::embedding");
+}
+
 }  // namespace
