@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <numeric>
 
 #include "models/llama_reference.h"
+#include "shardflow/base/error.h"
 #include "shardflow/models/llama.h"
 #include "shardflow/runtime/runtime.h"
 #include "shardflow/shardflow.h"
@@ -62,6 +64,37 @@ TEST(LlamaModel, TiedHeadSharesTheEmbeddingBufferWhenLaidOutAlike) {
   EXPECT_NE(split.output.impl(), split.tok_embeddings.impl());
   EXPECT_EQ(split.output.sharding()->to_readable(), Sharding::from_spec(mesh, plan.param("output")).to_readable());
   EXPECT_EQ(split.output.to_floats(), split.tok_embeddings.to_floats());
+}
+
+// A plan naming an axis the mesh lacks is refused where it is made or
+// used, naming the entry and the plan's axes, not by the first traced
+// annotation in XLA's words alone.
+TEST(LlamaModel, PlanWithAnAxisTheMeshLacksIsRefusedUpFront) {
+  const auto error_of = [](const std::function<void()>& fn) -> std::string {
+    try {
+      fn();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+  auto two_axes = std::make_shared<const Mesh>(std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7},
+                                               std::vector<int64_t>{4, 2}, std::vector<std::string>{"data", "model"});
+  EXPECT_EQ(error_of([&] { ShardingPlan::megatron(two_axes); }),
+            "the sharding plan's parameter 'output' ('model', 'fsdp') does not fit the mesh (data=4, model=2): Axis "
+            "name fsdp is not defined in the given mesh (the plan names the axes 'data', 'fsdp', 'model'; give the "
+            "mesh each of them, size 1 leaves one unused)");
+
+  auto mesh = std::make_shared<const Mesh>(std::vector<int64_t>{0, 1}, std::vector<int64_t>{1, 1, 2},
+                                           std::vector<std::string>{"data", "fsdp", "model"});
+  ShardingPlan plan = ShardingPlan::megatron(mesh);
+  plan.activations["kv_cache"] = PartitionSpec{"data", "model", "seq", none};
+  const std::string expected_start = "the sharding plan's activation 'kv_cache' ('data', 'model', 'seq', None)";
+  EXPECT_EQ(error_of([&] { random_weights(Config::named("tiny"), 7, &plan); }).rfind(expected_start, 0), 0u);
+  EXPECT_EQ(error_of([&] { Model(random_weights(Config::named("tiny"), 7), plan); }).rfind(expected_start, 0), 0u);
+  plan.activations["kv_cache"] = PartitionSpec{"model", "model", none, none};
+  EXPECT_NE(error_of([&] { plan.check(); }).find("'kv_cache' ('model', 'model', None, None) does not fit"),
+            std::string::npos);
 }
 
 // The embedding table and head are split over the vocabulary on 'model':

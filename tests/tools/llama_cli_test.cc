@@ -143,6 +143,13 @@ TEST(LlamaCli, BadInputGivesOneErrorLine) {
     EXPECT_EQ(bad.status, 2) << args;
     EXPECT_NE(bad.err.find(message), std::string::npos) << args << ": " << bad.err;
   }
+  // A mesh without one of the plan's axes: which entry, and how to fix it.
+  const CliResult two_axes = run_cli("llama --config tiny --axis-names data,model --mesh 4,2");
+  EXPECT_EQ(two_axes.status, 1);
+  EXPECT_NE(two_axes.err.find("does not fit the mesh (data=4, model=2): Axis name fsdp is not defined in the given "
+                              "mesh (the plan names the axes 'data', 'fsdp', 'model'"),
+            std::string::npos)
+      << two_axes.err;
   const CliResult unknown = run_cli("llama --config huge");
   EXPECT_EQ(unknown.status, 1);
   EXPECT_NE(unknown.err.find("unknown LLaMA config 'huge'; expected one of: tiny, stories15M"), std::string::npos);

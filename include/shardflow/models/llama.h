@@ -82,6 +82,10 @@ struct ShardingPlan {
   const PartitionSpec& param(const std::string& role) const;
   const PartitionSpec* activation(const std::string& role) const;  // nullptr: not annotated
   std::string to_string() const;
+  // Throws unless every entry names only axes of `mesh`, each at most once
+  // per entry (which entry, and the axes the plan names, in the message).
+  // megatron(), Model and the weight loaders call it before using the plan.
+  void check() const;
 };
 
 // Deterministic random weights for `config` (element i of each tensor is a

@@ -289,6 +289,7 @@ Config read_hf_config(const std::filesystem::path& dir) {
 }
 
 Weights load_hf(const std::filesystem::path& dir, const ShardingPlan* plan) {
+  if (plan != nullptr) plan->check();
   Weights w;
   w.config = read_hf_config(dir);
   const Config& c = w.config;

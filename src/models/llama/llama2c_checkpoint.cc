@@ -125,6 +125,7 @@ Config read_llama2c_config(const std::filesystem::path& path) {
 }
 
 Weights load_llama2c(const std::filesystem::path& path, const ShardingPlan* plan) {
+  if (plan != nullptr) plan->check();
   File file = open_file(path, "rb");
   const Config config = parse_header(file.get(), path);
   const FileLayout layout = file_layout(config);

@@ -46,7 +46,7 @@ Model::Model(Weights weights, std::optional<ShardingPlan> plan) : weights_(std::
                             c.n_layers));
   }
   if (plan_) {
-    if (!plan_->mesh) throw Error("the sharding plan has no mesh");
+    plan_->check();
     ShardingPlan& p = *plan_;
     // A tied head shares the embedding's values but not its layout.
     if (weights_.output.impl() == weights_.tok_embeddings.impl() &&

@@ -34,6 +34,7 @@ double linear_width(int64_t fan_in) { return std::sqrt(3.0 / static_cast<double>
 
 Weights random_weights(const Config& config, int64_t seed, const ShardingPlan* plan) {
   config.validate();
+  if (plan != nullptr) plan->check();
   const int64_t dim = config.dim, hd = config.head_dim();
   const int64_t q_dim = config.n_heads * hd, kv_dim = config.n_kv_heads * hd;
   Weights w;
