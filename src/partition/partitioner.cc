@@ -398,7 +398,7 @@ void Partitioner::lower_op(const Node& node) {
       throw Error(fmt::format("internal: {} has an indexed dim but no windowed kernel", op.full_name()));
     }
     const Value* source = operands[static_cast<std::size_t>(indexed_input)];
-    if (partial_reason.empty() && rule.leaves_partials(static_cast<int>(f))) {
+    if (partial_reason.empty() && !indexed_write) {
       partial_reason = fmt::format("{} looks up dim {} of %{}, sharded on {} by {}: each device gives the rows its "
                                    "shard holds and zeros for the others",
                                    node_text(node), indexed_dim, source->name(), builder_.axes_text(factor_axes[f]),

@@ -42,28 +42,33 @@ ShardingPlan ShardingPlan::megatron(std::shared_ptr<const Mesh> mesh) {
 
 void ShardingPlan::check() const {
   if (!mesh) throw Error("the sharding plan has no mesh");
-  std::set<std::string> named;  // sorted: the message does not depend on map order
-  for (const auto* entries : {&params, &activations}) {
-    for (const auto& [role, spec] : *entries) {
-      for (const SpecEntry& entry : spec.entries()) {
-        for (const AxisRef& axis : entry.axes()) {
-          if (axis.is_name()) named.insert("'" + axis.name() + "'");
+  // What the message shows besides the entry: the mesh's axes and every axis
+  // the plan names (sorted, so it does not depend on map order).
+  const auto context = [&] {
+    std::vector<std::string> mesh_axes;
+    for (int a = 0; a < mesh->num_axes(); ++a) {
+      mesh_axes.push_back(fmt::format("{}={}", mesh->axis_label(a), mesh->axis_size(a)));
+    }
+    std::set<std::string> named;
+    for (const auto* entries : {&params, &activations}) {
+      for (const auto& [role, spec] : *entries) {
+        for (const SpecEntry& entry : spec.entries()) {
+          for (const AxisRef& axis : entry.axes()) {
+            if (axis.is_name()) named.insert("'" + axis.name() + "'");
+          }
         }
       }
     }
-  }
-  std::vector<std::string> mesh_axes;
-  for (int a = 0; a < mesh->num_axes(); ++a) {
-    mesh_axes.push_back(fmt::format("{}={}", mesh->axis_label(a), mesh->axis_size(a)));
-  }
+    return std::pair{fmt::format("{}", fmt::join(mesh_axes, ", ")), fmt::format("{}", fmt::join(named, ", "))};
+  };
   const auto check_entry = [&](const char* kind, const std::string& role, const PartitionSpec& spec) {
     try {
       validate_partition_spec(translate_partition_spec(spec, *mesh), *mesh);
     } catch (const Error& e) {
+      const auto [mesh_axes, named] = context();
       throw Error(fmt::format("the sharding plan's {} '{}' {} does not fit the mesh ({}): {} (the plan names the "
                               "axes {}; give the mesh each of them, size 1 leaves one unused)",
-                              kind, role, spec.to_string(), fmt::join(mesh_axes, ", "), e.what(),
-                              fmt::join(named, ", ")));
+                              kind, role, spec.to_string(), mesh_axes, e.what(), named));
     }
   };
   for (const auto& [role, spec] : params) check_entry("parameter", role, spec);
