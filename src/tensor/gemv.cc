@@ -63,7 +63,7 @@ constexpr int kChains = 4;
 // read from memory with this prefetch at a median 46-52 GB/s, without it at
 // 40 or 59: the prefetch holds in both. 4 KiB against 2 KiB, decode steps'
 // products back to back: stories15M's shapes 91-94 GB/s against 84-89,
-// 1.1B's 76 against 70 (medians of 10), stories110M's the same.
+// 1.1B's 76 against 70 (medians of 10), stories110M's 83-86 against 80-84.
 constexpr int64_t kPrefetchAhead = 1024;
 
 // The rows of x that share one read of a weight row: their accumulators
