@@ -1,3 +1,5 @@
+include(GNUInstallDirs)
+
 # Compile options shared by every shardflow target.
 function(shardflow_configure_target target)
   target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic -Wshadow
@@ -19,7 +21,11 @@ function(shardflow_add_library stage)
   set(target shardflow_${stage})
   add_library(${target} STATIC ${ARG_SOURCES})
   add_library(shardflow::${stage} ALIAS ${target})
-  target_include_directories(${target} PUBLIC ${PROJECT_SOURCE_DIR}/include
+  # Installed as shardflow::<stage> too (cmake/ShardflowInstall.cmake).
+  set_target_properties(${target} PROPERTIES EXPORT_NAME ${stage})
+  set_property(GLOBAL APPEND PROPERTY SHARDFLOW_STAGE_LIBRARIES ${target})
+  target_include_directories(${target} PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
+                                              $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>
                                        PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
   target_link_libraries(${target} PUBLIC ${ARG_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
   shardflow_configure_target(${target})

@@ -24,34 +24,11 @@
 #include "shardflow/trace/ops.h"
 #include "shardflow/partition/program.h"
 #include "shardflow/propagation/propagation.h"
+#include "shardflow/runtime/check.h"
 #include "shardflow/runtime/executor.h"
 #include "shardflow/runtime/runtime.h"
 
 namespace shardflow::cli {
-
-// `run --check`: each element within this times (1 + the output's largest
-// |expected|) of the one-device result. Sharded contractions add partial sums
-// in another order, so the error scales with the magnitudes summed, which the
-// output's scale bounds better than the element itself (a cancelling sum).
-// For outputs computed through 16-bit values, a few units in the last place
-// of the narrowest such format: a sum in another order may round the other
-// way, and a later f32 op (a sum with dtype=f32) keeps that difference.
-static double check_tolerance(const Value* output) {
-  bool bf16 = false, f16 = false;
-  std::vector<const Value*> pending{output};
-  std::unordered_set<const Value*> seen{output};
-  while (!pending.empty()) {
-    const Value* value = pending.back();
-    pending.pop_back();
-    bf16 = bf16 || value->type().dtype == DType::kBF16;
-    f16 = f16 || value->type().dtype == DType::kF16;
-    if (value->producer() == nullptr) continue;
-    for (const Value* input : value->producer()->inputs()) {
-      if (seen.insert(input).second) pending.push_back(input);
-    }
-  }
-  return bf16 ? 2e-2 : f16 ? 4e-3 : 1e-4;
-}
 
 static std::string read_file(const std::string& path) {
   std::error_code error;
@@ -73,63 +50,6 @@ Graph load_graph(const std::string& path) {
 int run_ir_command(const IrOptions& options) {
   std::cout << print_graph(load_graph(options.file));
   return 0;
-}
-
-// Integer inputs used as indices must stay below the size they index; the
-// smallest such size over all uses (16 when unused as an index).
-static int64_t index_bound(const Graph& graph, const Value* input) {
-  int64_t bound = 16;
-  // The input and the values that carry its elements unchanged (annotations,
-  // reshapes, slices, ...), which may be the ones used as indices.
-  std::set<const Value*> carriers{input};
-  for (const auto& node : graph.nodes()) {
-    const OpArgs args = node->op_args();
-    const std::vector<Value*> operands = node->inputs();
-    const auto operand = [&](std::string_view name) -> const Value* {
-      const int index = node->op().schema.argument_index(name) >= 0 ? args.tensor(name) : -1;
-      return index >= 0 ? operands[static_cast<std::size_t>(index)] : nullptr;
-    };
-    const OpFamily family = node->op().family;
-    if ((family == OpFamily::kMovement || family == OpFamily::kAnnotation) && !operands.empty() &&
-        carriers.contains(operands[0])) {
-      carriers.insert(node->outputs().begin(), node->outputs().end());
-    }
-    const std::string name = node->op().schema.qualified_name();
-    const Value* indexed = nullptr;
-    int64_t dim = 0;
-    if (name == "aten::embedding" && carriers.contains(operand("indices"))) {
-      indexed = operand("weight");
-    } else if ((name == "aten::index_select" || name == "aten::index_copy" || name == "aten::gather") &&
-               carriers.contains(operand("index"))) {
-      indexed = operand("self");
-      dim = wrap_dim(args.get_int("dim"), indexed->type().rank());
-    }
-    if (indexed != nullptr && indexed->type().rank() > 0) {
-      bound = std::min(bound, std::max<int64_t>(indexed->type().shape[static_cast<std::size_t>(dim)], 1));
-    }
-  }
-  return bound;
-}
-
-// Deterministic inputs: floats from randn(seed + i), integers in [0, bound).
-static std::vector<DenseTensor> make_inputs(const Graph& graph, int64_t seed) {
-  std::vector<DenseTensor> inputs;
-  for (std::size_t i = 0; i < graph.inputs().size(); ++i) {
-    const Value* input = graph.inputs()[i];
-    const TensorType& type = input->type();
-    const int64_t input_seed = seed * 1000003 + static_cast<int64_t>(i);
-    Tensor value;
-    if (is_floating(type.dtype)) {
-      value = randn(type.shape, input_seed, type.dtype);
-    } else if (type.dtype == DType::kBool) {
-      value = lt(rand(type.shape, input_seed), Tensor::scalar(0.5));
-    } else {
-      const double bound = static_cast<double>(index_bound(graph, input));
-      value = (rand(type.shape, input_seed) * bound).to(type.dtype);
-    }
-    inputs.push_back(value.value());
-  }
-  return inputs;
 }
 
 // The partitioned program of a graph, for the device count asked for (the
@@ -202,7 +122,7 @@ int run_partition_command(const PartitionOptions& options) {
 int run_run_command(const RunOptions& options) {
   const Graph graph = load_graph(options.file);
   const Partitioned p = partition_for(graph, options.devices);
-  const std::vector<DenseTensor> input_values = make_inputs(graph, options.seed);
+  const std::vector<DenseTensor> input_values = random_inputs(graph, options.seed);
   std::vector<Tensor> inputs;
   for (const DenseTensor& value : input_values) inputs.emplace_back(value);
   std::vector<Tensor> outputs;
@@ -218,42 +138,14 @@ int run_run_command(const RunOptions& options) {
   std::optional<std::vector<DenseTensor>> reference;
   if (options.check) reference = run_graph(graph, input_values);
   nlohmann::ordered_json json_outputs = nlohmann::ordered_json::array();
-  double max_abs = 0, max_rel = 0;
-  // The element furthest over its output's tolerance, for the error line
-  // (ratio 0: every element within).
-  struct Excess {
-    double ratio = 0, got = 0, expected = 0, diff = 0, allowed = 0, tolerance = 0;
-    std::size_t output = 0, element = 0;
-  } worst;
+  std::vector<std::vector<float>> output_values;
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     const Tensor& output = outputs[i];
-    const std::vector<float> values = output.to_floats();
+    const std::vector<float>& values = output_values.emplace_back(output.to_floats());
     double sum = 0;
     for (float v : values) sum += v;
     std::vector<double> head;
     for (std::size_t k = 0; k < values.size() && k < 8; ++k) head.push_back(values[k]);
-    if (reference) {
-      const std::vector<float> expected = Tensor((*reference)[i]).to_floats();
-      const double tolerance = check_tolerance(graph.outputs()[i]);
-      // Finite values only: an infinity in the reference would make every
-      // difference of the output tolerable.
-      double scale = 0;
-      for (float e : expected) {
-        if (std::isfinite(e)) scale = std::max(scale, std::abs(static_cast<double>(e)));
-      }
-      for (std::size_t k = 0; k < values.size(); ++k) {
-        const bool both_nan = std::isnan(values[k]) && std::isnan(expected[k]);
-        double diff = std::abs(static_cast<double>(values[k]) - expected[k]);
-        if (both_nan || values[k] == expected[k]) diff = 0;  // equal infinities too
-        if (std::isnan(diff)) diff = std::numeric_limits<double>::infinity();
-        max_abs = std::max(max_abs, diff);
-        max_rel = std::max(max_rel, std::isinf(diff) ? diff : diff / std::max(std::abs(static_cast<double>(expected[k])), 1e-6));
-        const double allowed = tolerance * (1 + scale);
-        if (diff > allowed && diff / allowed > worst.ratio) {
-          worst = {diff / allowed, values[k], expected[k], diff, allowed, tolerance, i, k};
-        }
-      }
-    }
     if (options.format == "json") {
       json_outputs.push_back({{"shape", output.shape()},
                               {"dtype", std::string(dtype_name(output.dtype()))},
@@ -266,27 +158,28 @@ int run_run_command(const RunOptions& options) {
                                values.size() > head.size() ? " ..." : "");
     }
   }
-  const bool within = worst.ratio == 0;
+  std::optional<CheckResult> check;
+  if (reference) {
+    std::vector<std::vector<float>> expected;
+    for (const DenseTensor& value : *reference) expected.push_back(Tensor(value).to_floats());
+    check = compare_with_reference(graph, output_values, expected);
+  }
   if (options.format == "json") {
     nlohmann::ordered_json out{{"outputs", json_outputs}};
-    if (reference) {
-      out["max_abs_diff"] = max_abs;
-      out["max_rel_diff"] = max_rel;
+    if (check) {
+      out["max_abs_diff"] = check->max_abs_diff;
+      out["max_rel_diff"] = check->max_rel_diff;
     }
     if (report) out["profile"] = profile_json(*report);
     std::cout << out.dump() << "\n";
-  } else if (reference) {
-    std::cout << fmt::format("check against one device: max abs diff {:.3g}, max rel diff {:.3g} ({})\n", max_abs,
-                             max_rel, within ? "within tolerance" : "OUT OF TOLERANCE");
+  } else if (check) {
+    std::cout << fmt::format("check against one device: max abs diff {:.3g}, max rel diff {:.3g} ({})\n",
+                             check->max_abs_diff, check->max_rel_diff,
+                             check->within() ? "within tolerance" : "OUT OF TOLERANCE");
   }
   if (report && options.format != "json") std::cout << profile_text("run", *report);
-  if (reference && !within) {
-    std::cerr << fmt::format("error: output {} (%{}) of the {}-device result differs from the one-device result: "
-                             "element {} is {:.6g}, expected {:.6g} (difference {:.3g}, allowed {:.3g} = {:g} times 1 + "
-                             "max finite |expected|; the tolerance is 1e-4, 4e-3 through f16 and 2e-2 through bf16 "
-                             "values)\n",
-                             worst.output, graph.outputs()[worst.output]->name(), p.program.mesh->size(), worst.element,
-                             worst.got, worst.expected, worst.diff, worst.allowed, worst.tolerance);
+  if (check && !check->within()) {
+    std::cerr << "error: " << check->error_message(graph, p.program.mesh->size()) << "\n";
     return 1;
   }
   return 0;

@@ -12,6 +12,21 @@
 
 namespace shardflow {
 
+ProgramCollective report_collective(const CollectiveInfo& info, const Mesh& mesh) {
+  ProgramCollective report;
+  report.kind = to_string(info.kind);
+  report.description = info.describe(mesh);
+  report.bytes_per_device = info.bytes_per_device;
+  for (int axis : info.axes) {
+    report.group_size *= mesh.axis_size(axis);
+    report.axes.push_back(mesh.axis_label(axis));
+  }
+  report.groups = info.groups(mesh);
+  report.value = info.value != nullptr ? "%" + info.value->name() : "";
+  report.reason = info.reason;
+  return report;
+}
+
 namespace {
 
 struct SpmdPrepared : PreparedGraph {
@@ -27,11 +42,7 @@ struct SpmdPrepared : PreparedGraph {
 
   std::vector<ProgramCollective> collectives() const override {
     std::vector<ProgramCollective> out;
-    for (const CollectiveInfo& info : program.collectives) {
-      int64_t group_size = 1;
-      for (int axis : info.axes) group_size *= program.mesh->axis_size(axis);
-      out.push_back({std::string(to_string(info.kind)), info.describe(*program.mesh), info.bytes_per_device, group_size});
-    }
+    for (const CollectiveInfo& info : program.collectives) out.push_back(report_collective(info, *program.mesh));
     return out;
   }
 

@@ -40,55 +40,55 @@ Mesh::Mesh(std::vector<int64_t> device_ids, std::vector<int64_t> mesh_shape,
   const std::optional<int64_t> global = num_global_devices ? num_global_devices
                                                            : global_device_count();
   if (global) {
-    if (*global <= 0) throw Error("This requires XLA supported device(s).");
+    if (*global <= 0) throw InvalidShardingError("This requires XLA supported device(s).");
     if (num_ids != *global) {
-      throw Error(fmt::format(
+      throw InvalidShardingError(fmt::format(
           "Number of device IDs ({}) must match the global number of devices ({})", num_ids,
           *global));
     }
   }
   if (!axis_names_.empty()) {
     if (axis_names_.size() != mesh_shape_.size()) {
-      throw Error(fmt::format("Number of axis names ({}) must match mesh dimensions ({})",
+      throw InvalidShardingError(fmt::format("Number of axis names ({}) must match mesh dimensions ({})",
                               axis_names_.size(), mesh_shape_.size()));
     }
     std::vector<std::string_view> sorted(axis_names_.begin(), axis_names_.end());
     std::sort(sorted.begin(), sorted.end());
     if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
-      throw Error("Axis names must be unique, got: " + python_str_tuple(axis_names_));
+      throw InvalidShardingError("Axis names must be unique, got: " + python_str_tuple(axis_names_));
     }
   }
   for (int64_t extent : mesh_shape_) {
     if (extent <= 0) {
-      throw Error("Mesh shape entries must be positive, got: " + python_int_tuple(mesh_shape_));
+      throw InvalidShardingError("Mesh shape entries must be positive, got: " + python_int_tuple(mesh_shape_));
     }
     if (size_ > kMaxMeshSize / extent) {
-      throw Error("Mesh shape " + python_int_tuple(mesh_shape_) + " has more than 2^20 devices");
+      throw InvalidShardingError("Mesh shape " + python_int_tuple(mesh_shape_) + " has more than 2^20 devices");
     }
     size_ *= extent;
   }
   if (num_ids != size_) {
-    throw Error(
+    throw InvalidShardingError(
         fmt::format("Number of device IDs ({}) must match mesh size ({})", num_ids, size_));
   }
   std::vector<int64_t> sorted_ids = device_ids_;
   std::sort(sorted_ids.begin(), sorted_ids.end());
   if (std::adjacent_find(sorted_ids.begin(), sorted_ids.end()) != sorted_ids.end()) {
-    throw Error("Device IDs must be unique, got: " + numpy_int_array(device_ids_));
+    throw InvalidShardingError("Device IDs must be unique, got: " + numpy_int_array(device_ids_));
   }
   if (!sorted_ids.empty() && sorted_ids.back() >= size_) {
-    throw Error(fmt::format("Device IDs must be less than mesh size ({}), got: {}", size_,
+    throw InvalidShardingError(fmt::format("Device IDs must be less than mesh size ({}), got: {}", size_,
                             numpy_int_array(device_ids_)));
   }
   // Python does not reject negative ids; shardflow does.
   if (!sorted_ids.empty() && sorted_ids.front() < 0) {
-    throw Error("Device IDs must be non-negative, got: " + numpy_int_array(device_ids_));
+    throw InvalidShardingError("Device IDs must be non-negative, got: " + numpy_int_array(device_ids_));
   }
   // PyTorch/XLA accepts such a mesh here and fails later, when numpy
   // reshapes the ids (at 33 dims with numpy 1, 65 with numpy 2); shardflow
   // refuses it up front, after PyTorch/XLA's own checks.
   if (mesh_shape_.size() > kMaxMeshAxes) {
-    throw Error(fmt::format("Mesh shape has {} dims; shardflow supports at most {} (numpy 2's limit on array "
+    throw InvalidShardingError(fmt::format("Mesh shape has {} dims; shardflow supports at most {} (numpy 2's limit on array "
                             "dims, which PyTorch/XLA reaches when it reshapes the device ids)",
                             mesh_shape_.size(), kMaxMeshAxes));
   }
@@ -121,13 +121,13 @@ std::optional<int> Mesh::axis_index(std::string_view name) const {
 
 int64_t Mesh::device_at(const std::vector<int64_t>& coords) const {
   if (coords.size() != mesh_shape_.size()) {
-    throw Error(fmt::format("mesh coordinates {} have {} entries but the mesh has {} axes",
+    throw InvalidShardingError(fmt::format("mesh coordinates {} have {} entries but the mesh has {} axes",
                             python_int_tuple(coords), coords.size(), mesh_shape_.size()));
   }
   int64_t flat = 0;
   for (std::size_t axis = 0; axis < coords.size(); ++axis) {
     if (coords[axis] < 0 || coords[axis] >= mesh_shape_[axis]) {
-      throw Error(fmt::format("mesh coordinates {} are outside the mesh shape {}",
+      throw InvalidShardingError(fmt::format("mesh coordinates {} are outside the mesh shape {}",
                               python_int_tuple(coords), python_int_tuple(mesh_shape_)));
     }
     flat = flat * mesh_shape_[axis] + coords[axis];
@@ -137,7 +137,7 @@ int64_t Mesh::device_at(const std::vector<int64_t>& coords) const {
 
 std::vector<int64_t> Mesh::coords_of(int64_t device_id) const {
   if (device_id < 0 || device_id >= size_) {
-    throw Error(fmt::format("device {} is not in the mesh (devices 0..{})", device_id, size_ - 1));
+    throw InvalidShardingError(fmt::format("device {} is not in the mesh (devices 0..{})", device_id, size_ - 1));
   }
   int64_t flat = position_of_device_[static_cast<std::size_t>(device_id)];
   std::vector<int64_t> coords(mesh_shape_.size());
@@ -156,15 +156,15 @@ std::string Mesh::to_string() const {
 
 // Reads a sequence of ints from a parsed literal, for Mesh::from_string.
 static std::vector<int64_t> int_sequence(const PyValue* value, std::string_view key) {
-  if (value == nullptr) throw Error(fmt::format("mesh text has no '{}' entry", key));
+  if (value == nullptr) throw InvalidShardingError(fmt::format("mesh text has no '{}' entry", key));
   if (!value->is_sequence()) {
-    throw Error(fmt::format("mesh text: '{}' must be a list or tuple of ints, got {}", key,
+    throw InvalidShardingError(fmt::format("mesh text: '{}' must be a list or tuple of ints, got {}", key,
                             value->repr()));
   }
   std::vector<int64_t> result;
   for (const PyValue& item : value->items()) {
     if (item.kind() != PyValue::Kind::kInt) {
-      throw Error(fmt::format("mesh text: '{}' must hold ints only, got {}", key, item.repr()));
+      throw InvalidShardingError(fmt::format("mesh text: '{}' must hold ints only, got {}", key, item.repr()));
     }
     result.push_back(item.as_int());
   }
@@ -174,19 +174,19 @@ static std::vector<int64_t> int_sequence(const PyValue* value, std::string_view 
 Mesh Mesh::from_string(std::string_view text, std::optional<int64_t> num_global_devices) {
   const PyValue dict = parse_python_literal(text);
   if (dict.kind() != PyValue::Kind::kDict) {
-    throw Error("mesh text must be a dict literal such as {'device_ids': [0, 1], "
+    throw InvalidShardingError("mesh text must be a dict literal such as {'device_ids': [0, 1], "
                 "'mesh_shape': (2,), 'axis_names': None}, got " + quote_for_message(text));
   }
   std::vector<std::string> names;
   const PyValue* axis_names = dict.find("axis_names");
   if (axis_names != nullptr && !axis_names->is_none()) {
     if (!axis_names->is_sequence()) {
-      throw Error("mesh text: 'axis_names' must be None or a tuple of strings, got " +
+      throw InvalidShardingError("mesh text: 'axis_names' must be None or a tuple of strings, got " +
                   axis_names->repr());
     }
     for (const PyValue& item : axis_names->items()) {
       if (item.kind() != PyValue::Kind::kString) {
-        throw Error("mesh text: 'axis_names' must hold strings only, got " + item.repr());
+        throw InvalidShardingError("mesh text: 'axis_names' must hold strings only, got " + item.repr());
       }
       names.push_back(item.as_string());
     }

@@ -108,7 +108,7 @@ PartitionSpec PartitionSpec::from_literal(const PyValue& value, std::string_view
     if (value.kind() == PyValue::Kind::kString || value.kind() == PyValue::Kind::kInt) {
       hint = fmt::format(" (a 1-tuple needs a trailing comma: ({},))", value.repr());
     }
-    throw Error(fmt::format("partition_spec must be a tuple such as ('data', None), got {}{}",
+    throw InvalidShardingError(fmt::format("partition_spec must be a tuple such as ('data', None), got {}{}",
                             source_text.empty() ? value.repr() : quote_for_message(source_text),
                             hint));
   }
@@ -125,10 +125,10 @@ static AxisRef translate_axis(const AxisRef& axis, const Mesh& mesh) {
   if (!axis.is_name()) return axis;
   if (!mesh.has_axis_names()) {
     // PyTorch/XLA fails this way when a name meets a mesh without names.
-    throw Error("argument of type 'NoneType' is not iterable");
+    throw InvalidShardingError("argument of type 'NoneType' is not iterable");
   }
   const std::optional<int> index = mesh.axis_index(axis.name());
-  if (!index) throw Error(fmt::format("Axis name {} is not defined in the given mesh", axis.name()));
+  if (!index) throw InvalidShardingError(fmt::format("Axis name {} is not defined in the given mesh", axis.name()));
   return AxisRef(*index);
 }
 
@@ -145,7 +145,7 @@ PartitionSpec translate_partition_spec(const PartitionSpec& spec, const Mesh& me
       }
       case SpecEntry::Kind::kTuple: {
         if (entry.axes().empty()) {
-          throw Error(fmt::format("partition spec entry {} of {} is an empty tuple; use None for "
+          throw InvalidShardingError(fmt::format("partition spec entry {} of {} is an empty tuple; use None for "
                                   "a dimension that is not sharded", i, spec.to_string()));
         }
         std::vector<AxisRef> axes;
@@ -157,7 +157,7 @@ PartitionSpec translate_partition_spec(const PartitionSpec& spec, const Mesh& me
         // Python translates a tuple's items in order, so a bad name before the
         // bad item is reported first.
         for (const AxisRef& axis : entry.axes()) translate_axis(axis, mesh);
-        throw Error(entry.invalid_message());
+        throw InvalidShardingError(entry.invalid_message());
     }
   }
   return PartitionSpec(std::move(translated));
@@ -168,7 +168,7 @@ void validate_partition_spec(const PartitionSpec& translated, const Mesh& mesh) 
   for (const SpecEntry& entry : translated.entries()) {
     for (const AxisRef& axis : entry.axes()) {
       if (axis.is_name()) {
-        throw Error("validate_partition_spec needs a translated spec; found axis name " +
+        throw InvalidShardingError("validate_partition_spec needs a translated spec; found axis name " +
                     axis.repr());
       }
       used.push_back(axis.index());
@@ -176,13 +176,13 @@ void validate_partition_spec(const PartitionSpec& translated, const Mesh& mesh) 
   }
   for (int64_t axis : used) {
     if (axis < 0 || axis >= mesh.num_axes()) {
-      throw Error(fmt::format("partition_spec ({}) contains out of bound index into mesh_shape.",
+      throw InvalidShardingError(fmt::format("partition_spec ({}) contains out of bound index into mesh_shape.",
                               translated.to_string()));
     }
   }
   std::sort(used.begin(), used.end());
   if (std::adjacent_find(used.begin(), used.end()) != used.end()) {
-    throw Error(fmt::format(
+    throw InvalidShardingError(fmt::format(
         "Each device mesh dimension should appear at most once in partition_spec {}.",
         translated.to_string()));
   }
@@ -190,7 +190,7 @@ void validate_partition_spec(const PartitionSpec& translated, const Mesh& mesh) 
 
 void check_partition_spec_rank(const PartitionSpec& spec, int64_t rank) {
   if (static_cast<int64_t>(spec.size()) != rank) {
-    throw Error(fmt::format("Partition spec length ({}) should be equal to the input rank ({}).",
+    throw InvalidShardingError(fmt::format("Partition spec length ({}) should be equal to the input rank ({}).",
                             spec.size(), rank));
   }
 }

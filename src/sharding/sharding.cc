@@ -107,7 +107,23 @@ PartitionSpec Sharding::to_partition_spec() const {
   return PartitionSpec(std::move(entries));
 }
 
-ShardingType Sharding::type() const {
+ShardingType sharding_type(const HloSharding& sharding) {
+  switch (sharding.kind()) {
+    case HloSharding::Kind::kReplicated: return ShardingType::kReplicated;
+    case HloSharding::Kind::kMaximal: return ShardingType::kMaximal;
+    case HloSharding::Kind::kTuple: return ShardingType::kTuple;
+    case HloSharding::Kind::kManual: return ShardingType::kManual;
+    case HloSharding::Kind::kTiled:
+      return sharding.replicate_on_last_tile_dim() ? ShardingType::kPartial : ShardingType::kTiled;
+    case HloSharding::Kind::kUnknown:
+    case HloSharding::Kind::kUnreduced: return ShardingType::kUnknown;
+  }
+  return ShardingType::kUnknown;  // unreachable: the switch covers every kind
+}
+
+ShardingType Sharding::type() const { return sharding_type(to_hlo_v1()); }
+
+ShardingType Sharding::spec_type() const {
   if (rank() == 0) return ShardingType::kReplicated;
   const auto none_count = static_cast<std::size_t>(
       std::count_if(dim_axes_.begin(), dim_axes_.end(), [](const auto& a) { return a.empty(); }));

@@ -189,6 +189,21 @@ DenseTensor DenseTensor::empty(DType dtype, Shape shape) {
   return tensor;
 }
 
+DenseTensor DenseTensor::borrow(DType dtype, Shape shape, std::shared_ptr<std::byte> owner) {
+  DenseTensor tensor;
+  tensor.dtype_ = dtype;
+  tensor.numel_ = shardflow::numel(shape);
+  tensor.shape_ = std::move(shape);
+  if (tensor.numel_ > 0 && owner == nullptr) throw Error("DenseTensor::borrow: no memory to view");
+  if (reinterpret_cast<uintptr_t>(owner.get()) % element_size(dtype) != 0) {
+    throw Error(fmt::format("cannot view memory at {} as {}: it is not aligned to {} bytes",
+                            static_cast<const void*>(owner.get()), dtype_name(dtype), element_size(dtype)));
+  }
+  tensor.buffer_ = std::move(owner);
+  tensor.borrowed_ = true;
+  return tensor;
+}
+
 DenseTensor DenseTensor::zeros(DType dtype, Shape shape) {
   DenseTensor tensor = empty(dtype, std::move(shape));
   std::memset(tensor.data(), 0, tensor.nbytes());

@@ -25,7 +25,7 @@ struct StringCase {
   std::vector<std::string> axis_names;
   std::vector<int64_t> tensor_shape;
   const char* spec;
-  sf::ShardingType type;
+  sf::ShardingType spec_type;  // before XLA normalises the sharding (§2.5)
   const char* v1;
   const char* v2;
   std::vector<int64_t> shard_shape;
@@ -130,12 +130,51 @@ TEST_P(ShardingStrings, MatchesPyTorchXla) {
   const sf::Sharding sharding = sf::Sharding::from_spec(mesh, spec);
   EXPECT_EQ(sharding.to_hlo_v1().to_string(), c.v1);
   EXPECT_EQ(sharding.to_hlo_v2().to_string(), c.v2);
-  EXPECT_EQ(sf::to_string(sharding.type()), sf::to_string(c.type));
+  EXPECT_EQ(sf::to_string(sharding.spec_type()), sf::to_string(c.spec_type));
+  // The type users read follows the final string, as PyTorch/XLA derives it.
+  const std::string v1 = c.v1;
+  const sf::ShardingType expected = v1 == "{replicated}" ? sf::ShardingType::kReplicated
+                                    : v1.find("last_tile_dim_replicate") != std::string::npos
+                                        ? sf::ShardingType::kPartial
+                                        : sf::ShardingType::kTiled;
+  EXPECT_EQ(sf::to_string(sharding.type()), sf::to_string(expected)) << v1;
   EXPECT_EQ(sf::shard_layout(sharding, c.tensor_shape).shard_shape, c.shard_shape);
 }
 
 INSTANTIATE_TEST_SUITE_P(Table, ShardingStrings, testing::ValuesIn(kCases),
                          [](const auto& row) { return std::string(row.param.name); });
+
+// The cases where the spec's type and the reported type differ
+// (PyTorch/XLA's `xt.sharding_type` reads the final sharding).
+TEST(ShardingStrings, TypeIsTheNormalisedOne) {
+  struct Row {
+    std::vector<int64_t> mesh_shape;
+    const char* spec;
+    sf::ShardingType spec_type, type;
+  };
+  const Row rows[] = {
+      {{2, 1}, "(None, 1)", sf::ShardingType::kPartial, sf::ShardingType::kReplicated},
+      {{1}, "(0,)", sf::ShardingType::kMaximal, sf::ShardingType::kReplicated},
+      {{1, 1}, "(0, 1)", sf::ShardingType::kMaximal, sf::ShardingType::kReplicated},
+      {{2, 4}, "(None, 0, 1)", sf::ShardingType::kPartial, sf::ShardingType::kTiled},
+      {{8}, "(0, None)", sf::ShardingType::kPartial, sf::ShardingType::kTiled},
+      {{2, 4}, "(0, None)", sf::ShardingType::kPartial, sf::ShardingType::kPartial},
+      {{2, 4}, "(None, None)", sf::ShardingType::kReplicated, sf::ShardingType::kReplicated},
+      {{2, 4}, "(1, 0)", sf::ShardingType::kTiled, sf::ShardingType::kTiled},
+  };
+  for (const Row& row : rows) {
+    int64_t size = 1;
+    for (int64_t extent : row.mesh_shape) size *= extent;
+    auto mesh = std::make_shared<const sf::Mesh>(iota(size), row.mesh_shape);
+    const sf::Sharding sharding = sf::Sharding::from_spec(mesh, sf::PartitionSpec::parse(row.spec));
+    EXPECT_EQ(sf::to_string(sharding.spec_type()), sf::to_string(row.spec_type)) << row.spec;
+    EXPECT_EQ(sf::to_string(sharding.type()), sf::to_string(row.type)) << row.spec;
+  }
+  EXPECT_EQ(sf::sharding_type(sf::HloSharding::parse("{maximal device=3}")), sf::ShardingType::kMaximal);
+  EXPECT_EQ(sf::sharding_type(sf::HloSharding::parse("{manual}")), sf::ShardingType::kManual);
+  EXPECT_EQ(sf::sharding_type(sf::HloSharding::parse("{devices=[2,2]<=[4] last_tile_dims={manual}}")),
+            sf::ShardingType::kTiled);
+}
 
 TEST(ShardingStrings, CppSpecFormsEqualParsedForms) {
   auto mesh = std::make_shared<const sf::Mesh>(iota(8), std::vector<int64_t>{1, 2, 4},

@@ -53,6 +53,20 @@ TEST(ShardingCli, JsonHasTheContractFields) {
   EXPECT_FALSE(k.contains("shards"));
 }
 
+// `type` is what PyTorch/XLA's `sharding_type` reports: read off the final
+// sharding, not the spec's None pattern.
+TEST(ShardingCli, TypeFollowsTheFinalSharding) {
+  const auto type_and_v1 = [](const std::string& args) {
+    const nlohmann::json j = nlohmann::json::parse(run("sharding " + args + " --format json").out);
+    return j["type"].get<std::string>() + " " + j["v1"].get<std::string>();
+  };
+  EXPECT_EQ(type_and_v1("--mesh-shape 2,1 --spec '(None, 1)'"), "REPLICATED {replicated}");
+  EXPECT_EQ(type_and_v1("--mesh-shape 1 --spec '(0,)'"), "REPLICATED {replicated}");
+  EXPECT_EQ(type_and_v1("--mesh-shape 2,4 --spec '(None, 0, 1)'"), "TILED {devices=[1,2,4]0,1,2,3,4,5,6,7}");
+  EXPECT_EQ(type_and_v1("--mesh-shape 2,4 --spec '(None, 1)'"),
+            "PARTIAL {devices=[1,4,2]0,4,1,5,2,6,3,7 last_tile_dim_replicate}");
+}
+
 TEST(ShardingCli, JsonReplicaIdsOfPartialAndReplicated) {
   const nlohmann::json partial = nlohmann::json::parse(
       run("sharding --mesh-shape 4,2 --spec '(None, 1)' --shape 16,16 --format json").out);

@@ -15,4 +15,12 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& message) : std::runtime_error(message) {}
 };
 
+// An invalid mesh or partition spec: what PyTorch/XLA rejects when a Mesh is
+// built or a spec is checked against it (its AssertionError, ValueError and
+// TypeError there). The Python package raises it as a ValueError.
+class InvalidShardingError : public Error {
+ public:
+  using Error::Error;
+};
+
 }  // namespace shardflow

@@ -8,6 +8,9 @@
 
 namespace shardflow {
 
+// A collective of a partitioned program as compile() reports it.
+ProgramCollective report_collective(const CollectiveInfo& info, const Mesh& mesh);
+
 // A runtime whose devices live in several processes: this process's device
 // and a communicator that reaches every device.
 struct ProcessView {

@@ -37,6 +37,11 @@ enum class ShardingType {
 // "REPLICATED", "MAXIMAL", "TUPLE", "TILED", "MANUAL", "PARTIAL", "UNKNOWN".
 std::string_view to_string(ShardingType type);
 
+// The type of an XLA sharding as PyTorch/XLA reports it
+// (`_get_xla_sharding_type`): replicated, maximal, tuple and manual by kind;
+// a tiling is PARTIAL when its last tile dim is a replication group, else TILED.
+ShardingType sharding_type(const HloSharding& sharding);
+
 class Sharding {
  public:
   // `dim_axes[d]` lists the mesh axes splitting dim d, major to minor. Each
@@ -63,8 +68,16 @@ class Sharding {
 
   // The partition spec this sharding came from (names when the mesh has them).
   PartitionSpec to_partition_spec() const;
-  // The type PyTorch/XLA assigns (§2.5), from the None pattern and unused axes.
+  // The type users read as PyTorch/XLA's `sharding_type`: derived from the
+  // final XLA sharding (to_hlo_v1), so `{replicated}` is REPLICATED (also on
+  // a one-device mesh), `last_tile_dim_replicate` is PARTIAL and a tiling
+  // without replication is TILED.
   ShardingType type() const;
+  // The type mark_sharding computes from the spec before XLA normalises the
+  // sharding (§2.5: unused axes or None entries make it PARTIAL). It picks
+  // how V1 is built; users see type() instead. (None, 1) on a (2, 1) mesh is
+  // PARTIAL here but REPLICATED as type().
+  ShardingType spec_type() const;
 
   // XLA strings as PyTorch/XLA prints them. Shardings with unreduced axes have
   // no PyTorch/XLA form; they print with an `unreduced` subgroup.

@@ -21,6 +21,11 @@ class DenseTensor {
   // Uninitialised contents.
   static DenseTensor empty(DType dtype, Shape shape);
   static DenseTensor zeros(DType dtype, Shape shape);
+  // Views memory that something else owns (a NumPy array, a torch tensor)
+  // without copying: `owner` keeps it alive and its pointer is the first
+  // element, row-major, aligned to the element size. shardflow never writes
+  // into such a buffer: kernels do not reuse it for their results.
+  static DenseTensor borrow(DType dtype, Shape shape, std::shared_ptr<std::byte> owner);
 
   DType dtype() const { return dtype_; }
   const Shape& shape() const { return shape_; }
@@ -42,13 +47,19 @@ class DenseTensor {
   // kernel whose operand is the sole owner may write its result into it: the
   // interpreter hands over an intermediate at its last use that way, so an
   // update of a donated buffer (a KV cache) needs no copy.
-  bool is_sole_owner() const { return buffer_ != nullptr && buffer_.use_count() == 1; }
+  bool is_sole_owner() const { return buffer_ != nullptr && !borrowed_ && buffer_.use_count() == 1; }
+  // The memory belongs to another library (borrow()).
+  bool is_borrowed() const { return borrowed_; }
+  // Keeps the buffer alive while `holder` exists (hands it to another
+  // library without a copy).
+  const std::shared_ptr<std::byte>& buffer() const { return buffer_; }
 
  private:
   DType dtype_ = DType::kF32;
   Shape shape_;
   int64_t numel_ = 0;
   std::shared_ptr<std::byte> buffer_;
+  bool borrowed_ = false;
 };
 
 }  // namespace shardflow

@@ -48,6 +48,10 @@ struct ProgramCollective {
   std::string description;  // "all-reduce over 'model' (2 MiB/device): <reason>"
   int64_t bytes_per_device = 0;  // as CollectiveInfo (partition/program.h)
   int64_t group_size = 1;        // devices in each group it runs in
+  std::vector<std::string> axes;  // the mesh axes it runs over (names, or indices on unnamed meshes)
+  std::vector<std::vector<int64_t>> groups;  // the device groups it runs in
+  std::string value;              // the graph value it moves ("%5")
+  std::string reason;             // why it is there, with the origin of the sharding
 };
 
 class PreparedGraph {

@@ -1,0 +1,28 @@
+# ctest script: installs the build tree into a fresh prefix, then configures,
+# builds and runs tests/install/consumer against it.
+#   cmake -DBUILD_DIR=... -DSOURCE_DIR=... -DWORK_DIR=... -P check_install.cmake
+file(REMOVE_RECURSE ${WORK_DIR})
+function(run)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT status EQUAL 0)
+    message(FATAL_ERROR "failed: ${ARGN}\n${out}\n${err}")
+  endif()
+  set(output "${out}" PARENT_SCOPE)
+endfunction()
+run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK_DIR}/prefix)
+run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/install/consumer -B ${WORK_DIR}/build -G Ninja
+    -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix)
+run(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
+run(${WORK_DIR}/build/consumer)
+set(expected "{devices=[1,2,2]0,2,1,3 last_tile_dim_replicate}\nsharded matmul matches\n")
+if(NOT output STREQUAL expected)
+  message(FATAL_ERROR "consumer printed:\n${output}\nexpected:\n${expected}")
+endif()
+foreach(header shardflow/shardflow.h shardflow/runtime/runtime.h)
+  if(NOT EXISTS ${WORK_DIR}/prefix/include/${header})
+    message(FATAL_ERROR "${header} was not installed")
+  endif()
+endforeach()
+if(NOT EXISTS ${WORK_DIR}/prefix/bin/shardflow)
+  message(FATAL_ERROR "the shardflow tool was not installed")
+endif()
