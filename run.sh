@@ -2,7 +2,8 @@
 # Sets up, builds and runs shardflow on Debian 12.
 #
 #   ./run.sh demo   install the Debian packages, build (release), run the demo
-#   ./run.sh test   install the Debian packages, build release and asan, run every test
+#   ./run.sh test   install the Debian and Python packages, build release (with
+#                   the Python module) and asan, run every test (ctest, pytest)
 #
 # Packages are installed with apt-get when run as root; otherwise the script
 # prints the apt-get line to run and stops.
@@ -31,6 +32,12 @@ install_packages() {
   DEBIAN_FRONTEND=noninteractive $line >/dev/null
 }
 
+# What the Python module's build and the Python tests need (pinned in
+# python/requirements-dev.txt; torch==2.13.0 is the CPU build on this disk).
+install_python_packages() {
+  python3 -m pip install --quiet --disable-pip-version-check -r python/requirements-dev.txt
+}
+
 build() {
   echo "==> building ($1)"
   cmake --preset "$1" >/dev/null
@@ -39,6 +46,7 @@ build() {
 
 demo() {
   install_packages
+  install_python_packages
   build release
   local shardflow=build/release/tools/shardflow
   # The showcase: LLaMA 2 generation (stories15M shapes, random weights) on 8
@@ -52,9 +60,12 @@ demo() {
 
 run_tests() {
   install_packages
+  install_python_packages
   build release
   echo "==> tests (release)"
   ctest --preset release
+  echo "==> Python tests (pytest, against build/release/python)"
+  PYTHONPATH="$PWD/build/release/python" OPENBLAS_NUM_THREADS=1 python3 -m pytest -q tests/python
   build asan
   echo "==> tests (asan: AddressSanitizer + UndefinedBehaviorSanitizer)"
   ctest --preset asan

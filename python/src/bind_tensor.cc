@@ -397,13 +397,18 @@ static void bind_ops(nb::module_& m) {
   m.def("triu", &triu, "input"_a, "diagonal"_a = 0, Release());
   m.def("tril", &tril, "input"_a, "diagonal"_a = 0, Release());
   m.def("arange",
-        [](double start, std::optional<double> end, double step, nb::handle dtype) {
+        [](nb::handle start, nb::handle end, nb::handle step, nb::handle dtype) {
+          // PyTorch's rule: integers only give int64, any float gives float32.
+          const auto is_int = [](nb::handle v) { return v.is_none() || (PyIndex_Check(v.ptr()) && !PyFloat_Check(v.ptr())); };
           std::optional<DType> d;
           if (!dtype.is_none()) d = dtype_of(dtype);
-          if (!end) return d ? arange(static_cast<int64_t>(start), *d) : arange(0, start, 1, std::nullopt);
-          return arange(start, *end, step, d);
+          else if (is_int(start) && is_int(end) && is_int(step)) d = DType::kI64;
+          const auto number = [](nb::handle v, double fallback) { return v.is_none() ? fallback : nb::cast<double>(v); };
+          if (end.is_none()) return arange(0, number(start, 0), number(step, 1), d);
+          return arange(number(start, 0), number(end, 0), number(step, 1), d);
         },
-        "start"_a, "end"_a = nb::none(), "step"_a = 1.0, "dtype"_a = nb::none(),
+        "start"_a, "end"_a = nb::none(), "step"_a = nb::none(), "dtype"_a = nb::none(),
+        nb::sig("def arange(start: float, end: float | None = None, step: float | None = None, dtype: typing.Any = None) -> Tensor"),
         "arange(end) or arange(start, end, step), with PyTorch's dtype rules.");
   m.def("full", [](nb::handle size, double value, nb::handle dtype) { return full(shape_of(size), value, dtype_of(dtype)); },
         "size"_a, "fill_value"_a, "dtype"_a = "float32");

@@ -175,7 +175,13 @@ std::string Tensor::to_string() const {
   if (!impl_) return "Tensor(undefined)";
   std::string out = "Tensor(" + type().to_string();
   if (impl_->meta) return out + ", meta)";
-  if (impl_->traced_value != nullptr) return out + ", traced %" + impl_->traced_value->name() + ")";
+  if (impl_->traced_value != nullptr) {
+    // The value belongs to its trace's graph, which may be gone once the
+    // trace has ended (a tensor kept past it, e.g. in a Python traceback).
+    const TraceContext* trace = TraceContext::current();
+    if (trace == nullptr || trace->id() != impl_->trace_id) return out + ", traced, from a finished trace)";
+    return out + ", traced %" + impl_->traced_value->name() + ")";
+  }
   const std::vector<float> values = to_floats();
   out += ", [";
   constexpr std::size_t kShown = 8;

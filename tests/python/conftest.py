@@ -1,0 +1,48 @@
+"""Shared fixtures: the package under test and the `shardflow` tool beside it.
+
+The README's test command builds the module with the release preset and runs
+pytest with PYTHONPATH=build/release/python; an installed package (pip install
+.) is used when that is not set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+BUILD = ROOT / "build" / "release"
+
+try:
+    import shardflow  # noqa: F401
+except ImportError:  # running from a checkout without PYTHONPATH
+    sys.path.insert(0, str(BUILD / "python"))
+
+
+def _cli_path() -> str | None:
+    built = BUILD / "tools" / "shardflow"
+    if built.exists():
+        return str(built)
+    return shutil.which("shardflow")
+
+
+@pytest.fixture(scope="session")
+def cli():
+    """Runs `shardflow ARGS... --format json` and returns the parsed output."""
+    path = _cli_path()
+    if path is None:
+        pytest.skip("the shardflow tool is not built")
+
+    def run(*args: str) -> dict:
+        result = subprocess.run([path, *args, "--format", "json"], capture_output=True, text=True,
+                                env={**os.environ, "OPENBLAS_NUM_THREADS": "1"}, timeout=120)
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+    return run
