@@ -252,7 +252,7 @@ void bind_graph(nb::module_& m) {
       .def("__str__", [](const PyProgram& p) { return p.program->to_string(*p.shardings.graph.graph); });
 
   m.def("propagate", &propagate, "graph"_a, "Propagates the annotations' shardings to every value.");
-  m.def("partition", &partition, "graph"_a, "shardings"_a = nb::none(),
+  m.def("partition", &partition, "graph"_a, "shardings"_a.none() = nb::none(),
         "Partitions a graph into one per-device program (propagating first unless given the result).");
 
   nb::class_<CheckResult>(m, "CheckResult", "A sharded run compared element by element with one device.")
@@ -273,7 +273,7 @@ void bind_graph(nb::module_& m) {
           if (check && !result.check->within()) throw Error(result.check_error);
           return result;
         },
-        "program"_a, "inputs"_a = nb::none(), "seed"_a = 0, "check"_a = false, "runtime"_a = nb::none(),
+        "program"_a, "inputs"_a.none() = nb::none(), "seed"_a = 0, "check"_a = false, "runtime"_a.none() = nb::none(),
         nb::sig("def run(program: Program | Graph, inputs: typing.Sequence[typing.Any] | None = None, seed: int = 0, "
                 "check: bool = False, runtime: Runtime | None = None) -> RunResult"),
         "Runs a partitioned program (or a graph, partitioned first) on the runtime (default: the innermost open "

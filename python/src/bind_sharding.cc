@@ -85,7 +85,7 @@ static void bind_mesh(nb::module_& m) {
            [](Mesh* self, nb::handle device_ids, nb::handle mesh_shape, nb::handle axis_names) {
              new (self) Mesh(make_mesh(device_ids, mesh_shape, axis_names));
            },
-           "device_ids"_a, "mesh_shape"_a, "axis_names"_a = nb::none(),
+           "device_ids"_a, "mesh_shape"_a, "axis_names"_a.none() = nb::none(),
            nb::sig("def __init__(self, device_ids: typing.Sequence[int] | typing.Any, "
                    "mesh_shape: typing.Sequence[int], axis_names: typing.Sequence[str] | None = None) -> None"))
       .def_prop_ro("device_ids", [](const Mesh& mesh) { return mesh.device_ids(); },

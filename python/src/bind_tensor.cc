@@ -223,7 +223,7 @@ static void bind_tensor_class(nb::module_& m) {
              if (dim) return nb::int_(t.size(*dim));
              return nb::tuple(nb::cast(std::vector<int64_t>(t.shape())));
            },
-           "dim"_a = nb::none())
+           "dim"_a.none() = nb::none())
       .def_prop_ro("dtype", &Tensor::dtype)
       .def_prop_ro("ndim", &Tensor::rank)
       .def("dim", &Tensor::rank)
@@ -239,7 +239,7 @@ static void bind_tensor_class(nb::module_& m) {
              else if (!copy.is_none() && nb::cast<bool>(copy)) array = array.attr("copy")();
              return array;
            },
-           "dtype"_a = nb::none(), "copy"_a = nb::none())
+           "dtype"_a.none() = nb::none(), "copy"_a.none() = nb::none())
       .def("__dlpack__",
            [](const Tensor& t, nb::kwargs kwargs) { return to_array_api(value_of(t)).attr("__dlpack__")(**kwargs); },
            "The value through DLPack (torch.from_dlpack, np.from_dlpack), without a copy unless sharded.")
@@ -280,12 +280,12 @@ static void bind_tensor_class(nb::module_& m) {
       .def("expand", [](const Tensor& t, nb::args size) { return t.expand(shape_of(nb::len(size) == 1 && !PyIndex_Check(size[0].ptr()) ? size[0] : size)); })
       .def("select", &Tensor::select, "dim"_a, "index"_a, Release())
       .def("sum", [](const Tensor& t, nb::handle dim, bool keepdim) { return t.sum(dims_of(dim), keepdim); },
-           "dim"_a = nb::none(), "keepdim"_a = false)
+           "dim"_a.none() = nb::none(), "keepdim"_a = false)
       .def("mean", [](const Tensor& t, nb::handle dim, bool keepdim) { return t.mean(dims_of(dim), keepdim); },
-           "dim"_a = nb::none(), "keepdim"_a = false)
+           "dim"_a.none() = nb::none(), "keepdim"_a = false)
       .def("amax", [](const Tensor& t, nb::handle dim, bool keepdim) { return t.amax(dims_of(dim), keepdim); },
-           "dim"_a = nb::none(), "keepdim"_a = false)
-      .def("argmax", &Tensor::argmax, "dim"_a = nb::none(), "keepdim"_a = false, Release())
+           "dim"_a.none() = nb::none(), "keepdim"_a = false)
+      .def("argmax", &Tensor::argmax, "dim"_a.none() = nb::none(), "keepdim"_a = false, Release())
       .def("softmax", &Tensor::softmax, "dim"_a, Release())
       .def("to", [](const Tensor& t, nb::handle dtype) { return t.to(dtype_of(dtype)); }, "dtype"_a)
       .def("pow", [](const Tensor& t, double exponent) { return t.pow(exponent); }, "exponent"_a)
@@ -361,23 +361,23 @@ static void bind_ops(nb::module_& m) {
   m.def("where", &where, "condition"_a, "input"_a, "other"_a, Release());
   const auto reduction = [&](const char* name, Tensor (*fn)(const Tensor&, std::vector<int64_t>, bool)) {
     m.def(name, [fn](const Tensor& x, nb::handle dim, bool keepdim) { return fn(x, dims_of(dim), keepdim); },
-          "input"_a, "dim"_a = nb::none(), "keepdim"_a = false);
+          "input"_a, "dim"_a.none() = nb::none(), "keepdim"_a = false);
   };
   reduction("sum", &sum);
   reduction("mean", &mean);
   reduction("amax", &amax);
   reduction("amin", &amin);
-  m.def("argmax", &argmax, "input"_a, "dim"_a = nb::none(), "keepdim"_a = false, Release());
+  m.def("argmax", &argmax, "input"_a, "dim"_a.none() = nb::none(), "keepdim"_a = false, Release());
   m.def("softmax", &softmax, "input"_a, "dim"_a, Release());
   m.def("log_softmax", &log_softmax, "input"_a, "dim"_a, Release());
   m.def("rms_norm",
         [](const Tensor& x, nb::handle normalized_shape, std::optional<Tensor> weight, std::optional<double> eps) {
           return rms_norm(x, shape_of(normalized_shape), std::move(weight), eps);
         },
-        "input"_a, "normalized_shape"_a, "weight"_a = nb::none(), "eps"_a = nb::none());
-  m.def("linear", &linear, "input"_a, "weight"_a, "bias"_a = nb::none(), Release());
+        "input"_a, "normalized_shape"_a, "weight"_a.none() = nb::none(), "eps"_a.none() = nb::none());
+  m.def("linear", &linear, "input"_a, "weight"_a, "bias"_a.none() = nb::none(), Release());
   m.def("scaled_dot_product_attention", &scaled_dot_product_attention, "query"_a, "key"_a, "value"_a,
-        "attn_mask"_a = nb::none(), "is_causal"_a = false, "scale"_a = nb::none(), Release());
+        "attn_mask"_a.none() = nb::none(), "is_causal"_a = false, "scale"_a.none() = nb::none(), Release());
   m.def("reshape", [](const Tensor& x, nb::handle shape) { return reshape(x, shape_of(shape)); }, "input"_a, "shape"_a);
   m.def("permute", [](const Tensor& x, nb::handle dims) { return permute(x, int_list(dims, "dims")); }, "input"_a,
         "dims"_a);
@@ -385,7 +385,7 @@ static void bind_ops(nb::module_& m) {
   m.def("unsqueeze", &unsqueeze, "input"_a, "dim"_a, Release());
   m.def("squeeze", &squeeze, "input"_a, "dim"_a, Release());
   m.def("expand", [](const Tensor& x, nb::handle size) { return expand(x, shape_of(size)); }, "input"_a, "size"_a);
-  m.def("slice", &slice, "input"_a, "dim"_a, "start"_a = nb::none(), "end"_a = nb::none(), "step"_a = 1, Release());
+  m.def("slice", &slice, "input"_a, "dim"_a, "start"_a.none() = nb::none(), "end"_a.none() = nb::none(), "step"_a = 1, Release());
   m.def("select", &select, "input"_a, "dim"_a, "index"_a, Release());
   m.def("cat", &cat, "tensors"_a, "dim"_a = 0, Release());
   m.def("stack", &stack, "tensors"_a, "dim"_a = 0, Release());
@@ -407,7 +407,7 @@ static void bind_ops(nb::module_& m) {
           if (end.is_none()) return arange(0, number(start, 0), number(step, 1), d);
           return arange(number(start, 0), number(end, 0), number(step, 1), d);
         },
-        "start"_a, "end"_a = nb::none(), "step"_a = nb::none(), "dtype"_a = nb::none(),
+        "start"_a, "end"_a.none() = nb::none(), "step"_a.none() = nb::none(), "dtype"_a.none() = nb::none(),
         nb::sig("def arange(start: float, end: float | None = None, step: float | None = None, dtype: typing.Any = None) -> Tensor"),
         "arange(end) or arange(start, end, step), with PyTorch's dtype rules.");
   m.def("full", [](nb::handle size, double value, nb::handle dtype) { return full(shape_of(size), value, dtype_of(dtype)); },
@@ -499,15 +499,7 @@ void bind_tensor(nb::module_& m) {
       .def_prop_ro("program_text", [](PyCompiled& f) { return f.core().program_text(); },
                    "Every value's sharding, the per-device program and each collective with its reason.")
       .def_prop_ro("collectives", [](PyCompiled& f) { return f.core().collectives(); })
-      .def_prop_ro("stats",
-                   [](PyCompiled& f) {
-                     const CompileStats& s = f.core().stats();
-                     nb::dict d;
-                     d["traces"] = s.traces;
-                     d["cache_hits"] = s.cache_hits;
-                     d["guard_failures"] = s.guard_failures;
-                     return d;
-                   })
+      .def_prop_ro("stats", [](PyCompiled& f) { return stats_dict(f.core().stats()); })
       .def("save_graph", [](PyCompiled& f, const std::string& path) { f.core().save_graph(path); }, "path"_a)
       .def("donate_inputs", [](PyCompiled& f, std::vector<std::size_t> positions) {
         f.core().donate_inputs(std::move(positions));
@@ -517,7 +509,7 @@ void bind_tensor(nb::module_& m) {
           std::string fn_name = name ? *name : nb::cast<std::string>(nb::getattr(fn, "__name__", nb::str("main")));
           return new PyCompiled(std::move(fn), std::move(fn_name), guards);
         },
-        "fn"_a, "name"_a = nb::none(), "guards"_a = GuardMode::kReplay,
+        "fn"_a, "name"_a.none() = nb::none(), "guards"_a = GuardMode::kReplay,
         "Traces fn (shardflow Tensors in; a Tensor, tuple or list out) on its first call; later calls reuse the "
         "graph while the guards hold.");
 }

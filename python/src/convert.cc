@@ -75,4 +75,12 @@ PartitionSpec partition_spec_of(nb::handle spec) {
   return PartitionSpec::from_literal(literal_of(spec, "partition_spec"));
 }
 
+nb::dict stats_dict(const CompileStats& stats) {
+  nb::dict d;
+  d["traces"] = stats.traces;
+  d["cache_hits"] = stats.cache_hits;
+  d["guard_failures"] = stats.guard_failures;
+  return d;
+}
+
 }  // namespace shardflow::python

@@ -12,6 +12,7 @@
 
 #include "shardflow/base/python_literal.h"
 #include "shardflow/sharding/mesh.h"
+#include "shardflow/trace/compile.h"
 #include "shardflow/sharding/partition_spec.h"
 
 namespace shardflow::python {
@@ -36,5 +37,8 @@ PartitionSpec partition_spec_of(nb::handle spec);
 inline std::shared_ptr<Mesh> python_mesh(const std::shared_ptr<const Mesh>& mesh) {
   return std::const_pointer_cast<Mesh>(mesh);
 }
+
+// {'traces': ..., 'cache_hits': ..., 'guard_failures': ...}
+nb::dict stats_dict(const CompileStats& stats);
 
 }  // namespace shardflow::python

@@ -40,4 +40,5 @@ NB_MODULE(_core, m) {
   shardflow::python::bind_sharding(m);
   shardflow::python::bind_tensor(m);
   shardflow::python::bind_graph(m);
+  shardflow::python::bind_llama(m);
 }
