@@ -5,6 +5,8 @@
 // `vs_memcpy` is memcpy time / split time (1.0 = as fast as a plain copy).
 // HloV1String: the V1 string of a sharding on large meshes (the string grows
 // with the device count; everything else must not).
+// FromSpecV1: a spec to its V1 string on a (4, 2) mesh, the call
+// bench/python_bench.py times from Python (Sharding.from_spec(...).v1).
 #include <benchmark/benchmark.h>
 
 #include <chrono>
@@ -72,6 +74,16 @@ void HloV1String(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(sharding.to_hlo_v1().to_string());
 }
 BENCHMARK(HloV1String)->Arg(8)->Arg(64)->Arg(256);
+
+void FromSpecV1(benchmark::State& state) {
+  auto mesh = std::make_shared<const sf::Mesh>(std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7},
+                                               std::vector<int64_t>{4, 2},
+                                               std::vector<std::string>{"data", "model"});
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(sf::Sharding::from_spec(mesh, {"data", sf::none}).to_hlo_v1().to_string());
+  }
+}
+BENCHMARK(FromSpecV1);
 
 }  // namespace
 
