@@ -119,3 +119,21 @@ def test_meta_tensors_trace_without_running():
     assert "aten::gelu" in step.graph_text
     with pytest.raises(sf.Error):
         sf.Tensor.meta("float32", (2, 2)).numpy()
+
+
+@pytest.mark.parametrize("call, error", [
+    (lambda: sf.zeros((2**40, 2**40)), sf.Error),
+    (lambda: sf.zeros((2**31, 2**31, 4)), sf.Error),
+    (lambda: sf.randn((-1, 3), 0), sf.Error),
+    (lambda: sf.zeros((3,), "float64"), sf.Error),
+    (lambda: sf.tensor([1.0]).reshape(5), sf.Error),
+    (lambda: sf.full((2**20, 2**20), 1.0), sf.Error),
+    (lambda: sf.call("aten::nope", 1), sf.Error),
+    (lambda: sf.tensor([1.0]) + "a", TypeError),
+    (lambda: sf.tensor([1.0]).to(object()), sf.Error),
+    (lambda: sf.reshape(sf.tensor([1.0]), [2**62, 2**62]), sf.Error),
+    (lambda: sf.Tensor.meta("float32", (2**62, 4)).numpy(), sf.Error),
+])
+def test_bad_tensor_input_is_an_exception_not_a_crash(call, error):
+    with pytest.raises(error):
+        call()
