@@ -20,7 +20,9 @@
 #include "shardflow/runtime/executor.h"
 #include "shardflow/runtime/runtime.h"
 #include "shardflow/runtime/spmd_runner.h"
+#include "shardflow/trace/compile.h"
 #include "shardflow/trace/interpreter.h"
+#include "shardflow/trace/tensor.h"
 
 namespace shardflow::python {
 
@@ -80,6 +82,34 @@ struct PyRuntime {
     open.pop_back();
     nb::gil_scoped_release release;  // device threads may let go of arrays (which takes the GIL)
     runtime.reset();
+  }
+};
+
+// A graph prepared for the current runtime (propagated and partitioned on
+// several devices), run on shardflow Tensors: inputs already laid out as
+// shards are used as they are, and outputs stay laid out.
+struct PyExecutable {
+  PyGraph graph;
+  std::shared_ptr<const PreparedGraph> prepared;
+  GraphRunner* runner = nullptr;
+
+  std::vector<Tensor> call(std::vector<Tensor> inputs) const {
+    if (graph_runner() != runner) {
+      throw Error("the runtime this graph was prepared for has ended; prepare it again for the current one");
+    }
+    if (inputs.size() != graph.graph->inputs().size()) {
+      throw Error(fmt::format("graph @{} takes {} input(s), got {}", graph.graph->name(), graph.graph->inputs().size(),
+                              inputs.size()));
+    }
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      const TensorType& want = graph.graph->inputs()[i]->type();
+      if (inputs[i].dtype() != want.dtype || inputs[i].shape() != want.shape) {
+        throw Error(fmt::format("input {} (%{}) must be {}{}, got {}{}", i, graph.graph->inputs()[i]->name(),
+                                dtype_name(want.dtype), shape_to_string(want.shape), dtype_name(inputs[i].dtype()),
+                                shape_to_string(inputs[i].shape())));
+      }
+    }
+    return runner->run(*prepared, std::move(inputs), nullptr);
   }
 };
 
@@ -254,6 +284,34 @@ void bind_graph(nb::module_& m) {
   m.def("propagate", &propagate, "graph"_a, "Propagates the annotations' shardings to every value.");
   m.def("partition", &partition, "graph"_a, "shardings"_a.none() = nb::none(),
         "Partitions a graph into one per-device program (propagating first unless given the result).");
+
+  m.def("_runner_id", [] { return reinterpret_cast<std::uintptr_t>(graph_runner()); },
+        "Identifies what runs graphs now (the one-device interpreter or a runtime's devices).");
+  nb::class_<PyExecutable>(m, "Executable",
+                           "A graph prepared for the current runtime: propagated with the inputs' shardings,\n"
+                           "partitioned and ready to run on shardflow Tensors (outputs stay laid out as shards).")
+      .def("__init__",
+           [](PyExecutable* self, const PyGraph& graph, std::vector<std::optional<Sharding>> input_shardings) {
+             GraphRunner* runner = graph_runner();
+             std::shared_ptr<const PreparedGraph> prepared;
+             {
+               nb::gil_scoped_release release;
+               prepared = runner->prepare(*graph.graph, input_shardings);
+             }
+             new (self) PyExecutable{graph, std::move(prepared), runner};
+           },
+           "graph"_a, "input_shardings"_a = std::vector<std::optional<Sharding>>{},
+           "input_shardings[i]: the layout input i will come in (None: open, propagation decides).")
+      .def("__call__",
+           [](const PyExecutable& e, std::vector<Tensor> inputs) {
+             nb::gil_scoped_release release;
+             return e.call(std::move(inputs));
+           },
+           "inputs"_a)
+      .def_prop_ro("graph", [](const PyExecutable& e) { return e.graph; })
+      .def_prop_ro("program_text", [](const PyExecutable& e) { return e.prepared->describe(*e.graph.graph); },
+                   "Every value's sharding, the per-device program and each collective with its reason.")
+      .def_prop_ro("collectives", [](const PyExecutable& e) { return e.prepared->collectives(); });
 
   nb::class_<CheckResult>(m, "CheckResult", "A sharded run compared element by element with one device.")
       .def_ro("max_abs_diff", &CheckResult::max_abs_diff)

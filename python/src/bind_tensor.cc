@@ -11,6 +11,7 @@
 #include "bindings.h"
 #include "convert.h"
 #include "shardflow/base/error.h"
+#include "shardflow/ir/op_def.h"
 #include "shardflow/trace/call.h"
 #include "shardflow/trace/compile.h"
 #include "shardflow/trace/mark_sharding.h"
@@ -420,6 +421,15 @@ static void bind_ops(nb::module_& m) {
         "size"_a, "seed"_a, "dtype"_a = "float32", "Deterministic per (seed, element).");
   m.def("rand", [](nb::handle size, int64_t seed, nb::handle dtype) { return rand(shape_of(size), seed, dtype_of(dtype)); },
         "size"_a, "seed"_a, "dtype"_a = "float32", "Deterministic per (seed, element).");
+  m.def("op_schemas",
+        [] {
+          nb::dict schemas;
+          for (const OpDef* op : op_registry().all()) {
+            schemas[nb::str(op->schema.full_name().c_str())] = op->schema.to_string();
+          }
+          return schemas;
+        },
+        "Every registered op: full name ('aten::add.Tensor') -> its PyTorch schema.");
   m.def("call",
         [](const std::string& name, nb::args args, nb::kwargs kwargs) {
           std::vector<Arg> boxed;

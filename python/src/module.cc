@@ -11,6 +11,9 @@ namespace nb = nanobind;
 NB_MODULE(_core, m) {
   m.doc() = "shardflow's C++ core: sharding, graphs, partitioning, runtimes and tensors";
   shardflow::ops::register_all_ops();
+  // Objects that other libraries' caches still hold when the interpreter
+  // ends (compiled graphs in torch.compile's cache) are not leaks of ours.
+  nb::set_leak_warnings(false);
 
   // shardflow.Error carries the C++ message unchanged. Invalid meshes and
   // partition specs are also ValueError (and AssertionError, which

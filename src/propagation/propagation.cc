@@ -265,15 +265,20 @@ bool is_mark_sharding(const Node& node) {
 
 PropagationResult propagate_shardings(const Graph& graph,
                                       std::span<const std::optional<Sharding>> input_shardings) {
-  // The mesh: every annotation and input sharding must use the same one.
+  // The mesh: every annotation and input sharding must use the same devices
+  // in the same shape. Axis names do not matter, as in XLA's device-based
+  // shardings: a mesh built without names inside a compiled step (PyTorch/XLA's
+  // `Mesh(torch.arange(8), (4, 1, 2))`) is the same mesh as the named one the
+  // weights were laid out on, whose names the result reads with.
   std::shared_ptr<const Mesh> mesh;
   std::string mesh_source;
   std::unordered_map<const Value*, Sharding> fixed;
   const auto use_mesh = [&](const std::shared_ptr<const Mesh>& candidate, const std::string& where) {
-    if (!mesh) {
+    if (!mesh || (!mesh->has_axis_names() && candidate->has_axis_names() &&
+                  mesh->device_ids() == candidate->device_ids() && mesh->mesh_shape() == candidate->mesh_shape())) {
       mesh = candidate;
       mesh_source = where;
-    } else if (!(*mesh == *candidate)) {
+    } else if (mesh->device_ids() != candidate->device_ids() || mesh->mesh_shape() != candidate->mesh_shape()) {
       throw Error(fmt::format("{} uses the mesh {} but {} uses {}; a graph is partitioned over one mesh",
                               where, candidate->to_string(), mesh_source, mesh->to_string()));
     }

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "shardflow/base/error.h"
 #include "shardflow/ir/text.h"
 #include "shardflow/ops/ops.h"
 
@@ -133,6 +134,46 @@ TEST(Propagation, AnnotatedIndicesKeepTheirSplitOverATableOnTheSameAxis) {
   const sf::PropagationResult result = sf::propagate_shardings(graph);
   EXPECT_EQ(readable(result, graph, "e"), "[{m},{},{}]");
   EXPECT_EQ(result.origin(graph.find_value("e"), 0).describe(), "the annotation at %k through %e aten::embedding");
+}
+
+}  // namespace
+
+namespace {
+
+// A mesh built without names inside a compiled step (PyTorch/XLA's
+// `Mesh(torch.arange(8), (2, 4))`) is the named mesh of the weights: the
+// shardings are device-based, and the result reads with the names.
+TEST(Propagation, MeshesThatDifferOnlyInNamesAreOneMesh) {
+  const std::string text = std::string(R"IR(func @f(%x: f32[8,16], %w: f32[16,64]) -> (f32[8,64]) {
+  %a = xla::dynamo_mark_sharding(%w, )IR") + kMeshArgs + R"IR(, "(None, 'model')") : f32[16,64]
+  %h = aten::matmul(%x, %a) : f32[8,64]
+  %o = xla::dynamo_mark_sharding(%h, [0, 1, 2, 3, 4, 5, 6, 7], "(2, 4)", "None", "(0, 1)") : f32[8,64]
+  return %o
+}
+)IR";
+  const sf::Graph graph = parse(text.c_str());
+  const sf::PropagationResult result = sf::propagate_shardings(graph);
+  EXPECT_EQ(readable(result, graph, "o"), "[{data},{model}]");
+  EXPECT_TRUE(result.mesh()->has_axis_names());
+}
+
+TEST(Propagation, MeshesOfOtherDevicesOrShapesAreAnError) {
+  for (const char* other : {R"M([7, 6, 5, 4, 3, 2, 1, 0], "(2, 4)")M", R"M([0, 1, 2, 3, 4, 5, 6, 7], "(4, 2)")M"}) {
+    const std::string text = std::string(R"IR(func @f(%x: f32[8,16]) -> (f32[8,16]) {
+  %a = xla::dynamo_mark_sharding(%x, )IR") + kMeshArgs + R"IR(, "('data', None)") : f32[8,16]
+  %b = xla::dynamo_mark_sharding(%a, )IR" + std::string(other) +
+                             R"IR(, "None", "(0, None)") : f32[8,16]
+  return %b
+}
+)IR";
+    const sf::Graph graph = parse(text.c_str());
+    try {
+      sf::propagate_shardings(graph);
+      ADD_FAILURE() << "no error for " << other;
+    } catch (const sf::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("a graph is partitioned over one mesh"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

@@ -1,0 +1,70 @@
+"""shardflow as a PyTorch front end.
+
+    import shardflow.torch.spmd as xs          # torch_xla.distributed.spmd's names
+    import shardflow.torch.runtime as xr       # torch_xla.runtime's names
+    xr.use_spmd(devices=8)
+    step = torch.compile(model, backend="shardflow")
+
+Importing this package registers the custom op ``xla::dynamo_mark_sharding``
+(unless torch_xla did) and the ``torch.compile`` backend ``"shardflow"`` (also
+an entry point of the installed package).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from . import _ops, runtime, spmd  # noqa: F401  (registers the custom ops)
+from ._backend import backend, compiled_graphs
+
+if "shardflow" not in torch._dynamo.list_backends(exclude_tags=()):
+    torch._dynamo.register_backend(name="shardflow")(backend)
+
+
+@dataclass
+class GraphReport:
+    """One compiled graph: its IR, the per-device program and the collectives."""
+
+    ir: str
+    program_text: str
+    collectives: list
+
+    def __str__(self) -> str:
+        lines = [self.ir, self.program_text]
+        lines += [str(c) for c in self.collectives] or ["no collectives"]
+        return "\n".join(lines)
+
+
+@dataclass
+class Explanation:
+    graphs: list[GraphReport]
+    graph_breaks: int
+
+    def __str__(self) -> str:
+        head = f"{len(self.graphs)} graph(s), {self.graph_breaks} graph break(s)"
+        return "\n\n".join([head, *(str(g) for g in self.graphs)])
+
+
+def explain(fn: Callable, *args: Any, **kwargs: Any) -> Explanation:
+    """Compiles ``fn`` with the shardflow backend, runs it once on the
+    arguments, and reports each graph: the IR, the per-device program, and
+    every collective with its kind, axes, bytes and reason."""
+    torch._dynamo.reset()
+    breaks = torch._dynamo.explain(fn)(*args, **kwargs).graph_break_count
+    torch._dynamo.reset()
+    first = len(compiled_graphs)
+    with torch.no_grad():
+        torch.compile(fn, backend="shardflow")(*args, **kwargs)
+    reports = []
+    for graph in compiled_graphs[first:]:
+        if graph.last is not None:
+            prepared = graph.last
+            reports.append(GraphReport(prepared.ir, prepared.executable.program_text,
+                                       list(prepared.executable.collectives)))
+    return Explanation(reports, breaks)
+
+
+__all__ = ["backend", "explain", "spmd", "runtime", "Explanation", "GraphReport"]

@@ -1,0 +1,368 @@
+"""AOTAutograd's functional aten graph -> shardflow IR text.
+
+Each FX node becomes one IR node through the op schemas: aten names and
+overloads are the IR's (``torch.ops.aten.add.Tensor`` is ``aten::add.Tensor``),
+arguments bind by the schema's names. Ops shardflow has run as they are; a
+few are rewritten into ops it has (``REWRITES``); anything else is an error
+naming the aten op, its schema and the user's source line. The sharding
+annotations become ``xla::dynamo_mark_sharding`` nodes with concrete device
+ids, and later uses of the annotated tensor read the annotated value, since
+the annotation applies to the tensor passed in (its result may be ignored).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+import torch.fx
+
+import shardflow as sf
+
+from . import _ops
+
+DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16", torch.int64: "i64",
+          torch.int32: "i32", torch.bool: "bool"}
+
+# Keyword arguments that only say "CPU, dense, default layout": dropped.
+_PLACEMENT_KWARGS = {"device", "layout", "pin_memory", "memory_format", "non_blocking"}
+
+
+class LoweringError(sf.Error):
+    """An FX graph shardflow cannot run, with the op and the user's source line."""
+
+
+def source_line(node: torch.fx.Node) -> str:
+    """The user's line that made the node (the last frame of its stack trace)."""
+    trace = node.meta.get("stack_trace") or ""
+    frames = [line.strip() for line in trace.strip().splitlines() if line.strip()]
+    for i in range(len(frames) - 1, -1, -1):
+        if frames[i].startswith("File "):
+            code = frames[i + 1] if i + 1 < len(frames) and not frames[i + 1].startswith("File ") else ""
+            return f"{frames[i]}: {code}".rstrip(": ")
+    return "(no source line recorded)"
+
+
+def ir_type(value: Any, node: torch.fx.Node) -> str:
+    if not isinstance(value, torch.Tensor):
+        raise LoweringError(f"{node.format_node()} produces {type(value).__name__}, not a tensor; "
+                            f"shardflow graphs compute tensors only (at {source_line(node)})")
+    if value.dtype not in DTYPES:
+        raise LoweringError(f"{node.name} is {value.dtype}, which shardflow does not have (float32, bfloat16, "
+                            f"float16, int64, int32, bool) (at {source_line(node)})")
+    dims = []
+    for d in value.shape:
+        if not isinstance(d, int):
+            raise LoweringError(f"{node.name} has a dynamic shape {tuple(value.shape)}; shardflow compiles static "
+                                "shapes (torch.compile(..., dynamic=False)) (at " + source_line(node) + ")")
+        dims.append(str(d))
+    return f"{DTYPES[value.dtype]}[{','.join(dims)}]"
+
+
+def _literal(value: Any) -> str:
+    if isinstance(value, Ref):
+        return value.name
+    if value is None:
+        return "None"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        text = repr(value)
+        return text if ("." in text or "e" in text) else text + ".0"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, torch.dtype):
+        if value not in DTYPES:
+            raise LoweringError(f"dtype {value} is not one shardflow has")
+        return DTYPES[value]
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_literal(v) for v in value) + "]"
+    raise LoweringError(f"cannot write {value!r} ({type(value).__name__}) as an IR argument")
+
+
+@dataclass(frozen=True)
+class Ref:
+    """An IR value, by name ('%addmm')."""
+
+    name: str
+
+
+@dataclass
+class Emitter:
+    """Builds the IR text of one function."""
+
+    lines: list[str] = field(default_factory=list)
+    counter: int = 0
+
+    def fresh(self, hint: str) -> Ref:
+        self.counter += 1
+        return Ref(f"%{hint}_sf{self.counter}")
+
+    def op(self, result: Ref, op: str, args: list[Any], kwargs: dict[str, Any], type_text: str) -> Ref:
+        parts = [_literal(a) for a in args] + [f"{k}={_literal(v)}" for k, v in kwargs.items()]
+        self.lines.append(f"  {result.name} = {op}({', '.join(parts)}) : {type_text}")
+        return result
+
+
+def _ir_name(overload: torch._ops.OpOverload) -> str:
+    schema = overload._schema
+    return schema.name + (f".{schema.overload_name}" if schema.overload_name else "")
+
+
+@dataclass
+class Lowering:
+    """One FX graph -> IR. `annotate_inputs[i]`: the sharding graph input i comes in with."""
+
+    gm: torch.fx.GraphModule
+    annotate_inputs: list[sf.Sharding | None]
+    emit: Emitter = field(default_factory=Emitter)
+    values: dict[torch.fx.Node, Any] = field(default_factory=dict)
+    schemas: dict[str, str] = field(default_factory=sf.op_schemas)
+
+    def run(self, name: str = "main") -> str:
+        params, outputs = [], []
+        placeholders = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
+        for index, node in enumerate(placeholders):
+            ref = Ref(f"%{node.name}")
+            params.append(f"{ref.name}: {ir_type(node.meta.get('val'), node)}")
+            self.values[node] = ref
+            sharding = self.annotate_inputs[index] if index < len(self.annotate_inputs) else None
+            if sharding is not None:
+                self.values[node] = self._annotation(ref, sharding, node)
+        for node in self.gm.graph.nodes:
+            if node.op == "call_function":
+                self.values[node] = self._call(node)
+            elif node.op == "get_attr":
+                raise LoweringError(f"graph constant {node.target} is not supported yet (at {source_line(node)})")
+            elif node.op == "output":
+                for out in torch.fx.node.map_arg(node.args[0], lambda n: n):
+                    if not isinstance(out, torch.fx.Node):
+                        raise LoweringError(f"graph output {out!r} is not a tensor computed by the graph")
+                    outputs.append((self.values[out], ir_type(out.meta.get("val"), out)))
+        header = (f"func @{name}({', '.join(params)}) -> ({', '.join(t for _, t in outputs)}) {{")
+        footer = f"  return {', '.join(r.name for r, _ in outputs)}\n}}\n"
+        return "\n".join([header, *self.emit.lines, footer])
+
+    # -- nodes ---------------------------------------------------------------
+
+    def _arg(self, value: Any) -> Any:
+        if isinstance(value, torch.fx.Node):
+            return self.values[value]
+        if isinstance(value, (list, tuple)):
+            return [self._arg(v) for v in value]
+        return value
+
+    def _result(self, node: torch.fx.Node) -> tuple[Ref, str]:
+        return Ref(f"%{node.name}"), ir_type(node.meta.get("val"), node)
+
+    def _call(self, node: torch.fx.Node) -> Any:
+        target = node.target
+        if target is operator.getitem:
+            return self.values[node.args[0]][node.args[1]]
+        if target in _ops.ANNOTATIONS:
+            return self._mark_sharding(node)
+        if node.users and all(u.target in _ops.ANNOTATIONS and u.args[1] is node for u in node.users):
+            return None  # device ids, computed when the annotation is lowered
+        rewrite = REWRITES.get(target)
+        if rewrite is not None:
+            return rewrite(self, node)
+        if not isinstance(target, torch._ops.OpOverload):
+            raise LoweringError(f"{node.format_node()}: shardflow lowers aten ops only; {target} is not one "
+                                f"(at {source_line(node)})")
+        return self.direct(node, self._scalar_overload(_ir_name(target), node.args), node.args, node.kwargs)
+
+    def _scalar_overload(self, op: str, args) -> str:
+        """aten::mul.Tensor(x, 2) as PyTorch records it (a wrapped number) is
+        aten::mul.Scalar in shardflow, whose .Tensor overloads take tensors."""
+        if len(args) < 2 or not isinstance(args[1], (int, float)) or isinstance(args[0], (int, float)):
+            return op
+        for tensor_form, scalar_form in ((".Tensor_Tensor", ".Tensor_Scalar"), (".Tensor", ".Scalar")):
+            if op.endswith(tensor_form) and op[: -len(tensor_form)] + scalar_form in self.schemas:
+                return op[: -len(tensor_form)] + scalar_form
+        return op
+
+    def direct(self, node: torch.fx.Node, op: str, args, kwargs) -> Ref:
+        if op not in self.schemas:
+            schema = node.target._schema if isinstance(node.target, torch._ops.OpOverload) else op
+            raise LoweringError(f"shardflow has no op {op} ({schema}), used at {source_line(node)}; "
+                                "it is not in shardflow's op set nor rewritten into ops it has")
+        kwargs = {k: v for k, v in kwargs.items() if k not in _PLACEMENT_KWARGS or not _is_default_placement(v)}
+        result, type_text = self._result(node)
+        return self.emit.op(result, op, self._arg(list(args)), {k: self._arg(v) for k, v in kwargs.items()},
+                            type_text)
+
+    def emit_op(self, node: torch.fx.Node, op: str, args: list[Any], kwargs: dict[str, Any] | None = None,
+                type_text: str | None = None, hint: str | None = None) -> Ref:
+        """An extra IR node for a rewrite (its own name unless it is the node's result)."""
+        result = self.emit.fresh(hint or node.name) if type_text is not None else Ref(f"%{node.name}")
+        return self.emit.op(result, op, args, kwargs or {}, type_text or ir_type(node.meta.get("val"), node))
+
+    # -- annotations ---------------------------------------------------------
+
+    def _annotation(self, ref: Ref, sharding: sf.Sharding, node: torch.fx.Node) -> Ref:
+        mesh = sharding.mesh
+        names = "None" if mesh.axis_names is None else str(tuple(mesh.axis_names))
+        result = self.emit.fresh(f"{node.name}_sharded")
+        return self.emit.op(result, "xla::dynamo_mark_sharding",
+                            [ref, list(mesh.device_ids), str(tuple(mesh.mesh_shape)), names, str(sharding.spec)], {},
+                            ir_type(node.meta.get("val"), node))
+
+    def _mark_sharding(self, node: torch.fx.Node) -> Ref:
+        t, ids, mesh_shape, axis_names, spec = node.args[:5]
+        if isinstance(ids, torch.fx.Node):
+            ids = _constant(ids, node).flatten().tolist()
+        if not isinstance(mesh_shape, str):
+            mesh_shape = str(tuple(mesh_shape))
+        result, type_text = self._result(node)
+        annotated = self.emit.op(result, "xla::dynamo_mark_sharding", [self.values[t], [int(i) for i in ids],
+                                                                       mesh_shape, axis_names, spec], {}, type_text)
+        # The annotation applies to the tensor passed in: later readers of
+        # `t` read the annotated value.
+        self.values[t] = annotated
+        return annotated
+
+
+def _is_default_placement(value: Any) -> bool:
+    if value is None or value is False:
+        return True
+    if isinstance(value, torch.device):
+        return value.type == "cpu"
+    return value in (torch.strided, torch.contiguous_format, torch.preserve_format)
+
+
+def _constant(node: torch.fx.Node, user: torch.fx.Node) -> torch.Tensor:
+    """The value of a node that depends on no graph input (device ids built
+    from torch.arange in forward), computed now with eager torch."""
+    if node.op == "placeholder":
+        raise LoweringError(
+            f"the device ids of the mesh in {user.name} depend on the compiled function's input {node.name}, so "
+            f"they are not known when the graph is compiled (at {source_line(user)}); build the mesh from "
+            "constants: a list, a tuple, np.arange(n) or torch.arange(n)")
+    if node.op != "call_function":
+        raise LoweringError(f"the device ids of the mesh in {user.name} come from {node.op} {node.target}, which "
+                            f"shardflow cannot compute when it compiles (at {source_line(user)})")
+    args = torch.fx.node.map_arg(node.args, lambda n: _constant(n, user))
+    kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: _constant(n, user))
+    return node.target(*args, **kwargs)
+
+
+# -- rewrites into ops shardflow has -------------------------------------------
+
+def _rank(node: torch.fx.Node) -> int:
+    return node.meta["val"].dim()
+
+
+def _identity(lowering: Lowering, node: torch.fx.Node) -> Any:
+    return lowering.values[node.args[0]]
+
+
+def _t(lowering: Lowering, node: torch.fx.Node) -> Ref:
+    if _rank(node.args[0]) < 2:
+        return lowering.values[node.args[0]]
+    return lowering.emit_op(node, "aten::transpose.int", [lowering.values[node.args[0]], 0, 1])
+
+
+def _matmul(lowering: Lowering, node: torch.fx.Node) -> Ref:
+    return lowering.emit_op(node, "aten::matmul", [lowering.values[node.args[0]], lowering.values[node.args[1]]])
+
+
+def _addmm(lowering: Lowering, node: torch.fx.Node) -> Ref:
+    bias, a, b = (lowering.values[n] for n in node.args[:3])
+    beta, alpha = node.kwargs.get("beta", 1), node.kwargs.get("alpha", 1)
+    product = lowering.emit_op(node, "aten::matmul", [a, b], type_text=ir_type(node.meta["val"], node), hint="mm")
+    if alpha != 1:
+        product = lowering.emit_op(node, "aten::mul.Scalar", [product, alpha], type_text=ir_type(node.meta["val"], node))
+    if beta != 1:
+        bias = lowering.emit_op(node, "aten::mul.Scalar", [bias, beta], type_text=ir_type(node.args[0].meta["val"], node))
+    return lowering.emit_op(node, "aten::add.Tensor", [product, bias])
+
+
+def _to_copy(lowering: Lowering, node: torch.fx.Node) -> Any:
+    source = lowering.values[node.args[0]]
+    dtype = node.kwargs.get("dtype")
+    if dtype is None or dtype == node.args[0].meta["val"].dtype:
+        return source
+    return lowering.emit_op(node, "aten::to.dtype", [source, dtype])
+
+
+def _full_reduction(op: str) -> Callable[[Lowering, torch.fx.Node], Ref]:
+    def lower(lowering: Lowering, node: torch.fx.Node) -> Ref:
+        dims = list(range(_rank(node.args[0])))
+        kwargs = {"dtype": node.kwargs["dtype"]} if node.kwargs.get("dtype") is not None else {}
+        return lowering.emit_op(node, op, [lowering.values[node.args[0]], dims, False], kwargs)
+    return lower
+
+
+def _view(lowering: Lowering, node: torch.fx.Node) -> Ref:
+    return lowering.emit_op(node, "aten::reshape", [lowering.values[node.args[0]], list(node.args[1])])
+
+
+def _rsub(lowering: Lowering, node: torch.fx.Node) -> Ref:
+    # other - alpha * self
+    x, other = lowering.values[node.args[0]], node.args[1]
+    alpha = node.kwargs.get("alpha", 1)
+    type_text = ir_type(node.meta["val"], node)
+    scaled = lowering.emit_op(node, "aten::mul.Scalar", [x, -alpha], type_text=type_text, hint="neg")
+    return lowering.emit_op(node, "aten::add.Scalar", [scaled, other])
+
+
+def _masked_fill(lowering: Lowering, node: torch.fx.Node) -> Ref:
+    x, mask, value = node.args[:3]
+    dtype = node.meta["val"].dtype
+    fill = lowering.emit_op(node, "aten::full", [[], value], {"dtype": dtype}, type_text=f"{DTYPES[dtype]}[]",
+                            hint="fill")
+    return lowering.emit_op(node, "aten::where.self", [lowering.values[mask], fill, lowering.values[x]])
+
+
+def _scalar_tensor(lowering: Lowering, node: torch.fx.Node) -> Ref:
+    dtype = node.kwargs.get("dtype") or torch.float32
+    return lowering.emit_op(node, "aten::full", [[], node.args[0]], {"dtype": dtype})
+
+
+def _split(lowering: Lowering, node: torch.fx.Node) -> list[Ref]:
+    x, sizes = node.args[0], node.args[1]
+    dim = node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0)
+    length = x.meta["val"].shape[dim]
+    if isinstance(sizes, int):
+        sizes = [min(sizes, length - start) for start in range(0, length, sizes)]
+    pieces, start = [], 0
+    for i, (size, value) in enumerate(zip(sizes, node.meta["val"])):
+        pieces.append(lowering.emit_op(node, "aten::slice.Tensor", [lowering.values[x], dim, start, start + size],
+                                       type_text=ir_type(value, node), hint=f"{node.name}_{i}"))
+        start += size
+    return pieces
+
+
+REWRITES: dict[Any, Callable[[Lowering, torch.fx.Node], Any]] = {
+    torch.ops.aten.t.default: _t,
+    torch.ops.aten.mm.default: _matmul,
+    torch.ops.aten.bmm.default: _matmul,
+    torch.ops.aten.addmm.default: _addmm,
+    torch.ops.aten.clone.default: _identity,
+    torch.ops.aten.alias.default: _identity,
+    torch.ops.aten.detach.default: _identity,
+    torch.ops.aten.lift_fresh_copy.default: _identity,
+    torch.ops.aten._to_copy.default: _to_copy,
+    torch.ops.aten.sum.default: _full_reduction("aten::sum.dim_IntList"),
+    torch.ops.aten.mean.default: _full_reduction("aten::mean.dim"),
+    torch.ops.aten._unsafe_view.default: _view,
+    torch.ops.aten.rsub.Scalar: _rsub,
+    torch.ops.aten.masked_fill.Scalar: _masked_fill,
+    torch.ops.aten.scalar_tensor.default: _scalar_tensor,
+    torch.ops.aten.split.Tensor: _split,
+    torch.ops.aten.split_with_sizes.default: _split,
+}
+
+
+def lower(gm: torch.fx.GraphModule, input_shardings: list[sf.Sharding | None], name: str = "main") -> str:
+    """The IR text of an AOTAutograd forward graph."""
+    return Lowering(gm, input_shardings).run(name)
