@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import operator
+import pathlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -35,14 +36,19 @@ class LoweringError(sf.Error):
     """An FX graph shardflow cannot run, with the op and the user's source line."""
 
 
+_PACKAGE_DIR = str(pathlib.Path(__file__).resolve().parent)
+
+
 def source_line(node: torch.fx.Node) -> str:
-    """The user's line that made the node (the last frame of its stack trace)."""
+    """The user's line that made the node: the innermost frame of its stack
+    trace outside shardflow.torch (xs.mark_sharding's own lines are not it)."""
     trace = node.meta.get("stack_trace") or ""
-    frames = [line.strip() for line in trace.strip().splitlines() if line.strip()]
-    for i in range(len(frames) - 1, -1, -1):
-        if frames[i].startswith("File "):
-            code = frames[i + 1] if i + 1 < len(frames) and not frames[i + 1].startswith("File ") else ""
-            return f"{frames[i]}: {code}".rstrip(": ")
+    lines = [line.strip() for line in trace.strip().splitlines() if line.strip()]
+    frames = [(line, lines[i + 1] if i + 1 < len(lines) and not lines[i + 1].startswith("File ") else "")
+              for i, line in enumerate(lines) if line.startswith("File ")]
+    for frame, code in reversed(frames):
+        if _PACKAGE_DIR not in frame:
+            return f"{frame}: {code}" if code else frame
     return "(no source line recorded)"
 
 
@@ -244,11 +250,11 @@ def _constant(node: torch.fx.Node, user: torch.fx.Node) -> torch.Tensor:
     from torch.arange in forward), computed now with eager torch."""
     if node.op == "placeholder":
         raise LoweringError(
-            f"the device ids of the mesh in {user.name} depend on the compiled function's input {node.name}, so "
-            f"they are not known when the graph is compiled (at {source_line(user)}); build the mesh from "
-            "constants: a list, a tuple, np.arange(n) or torch.arange(n)")
+            f"the device ids of the mesh passed to mark_sharding depend on the compiled function's input "
+            f"{node.name}, so they are not known when the graph is compiled (at {source_line(user)}); build the "
+            "mesh from constants: a list, a tuple, np.arange(n) or torch.arange(n)")
     if node.op != "call_function":
-        raise LoweringError(f"the device ids of the mesh in {user.name} come from {node.op} {node.target}, which "
+        raise LoweringError(f"the device ids of the mesh passed to mark_sharding come from {node.op} {node.target}, which "
                             f"shardflow cannot compute when it compiles (at {source_line(user)})")
     args = torch.fx.node.map_arg(node.args, lambda n: _constant(n, user))
     kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: _constant(n, user))

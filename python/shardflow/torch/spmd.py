@@ -27,6 +27,7 @@ from . import _ops, _state
 from . import runtime as xr
 
 PartitionSpecLike = Sequence[Any]
+_MAX_MESH_AXES = 64  # the most axes a mesh has
 
 
 class Mesh:
@@ -108,8 +109,33 @@ def get_1d_mesh(axis_name: str | None = None) -> Mesh:
     return Mesh(np.arange(count), (count,), None if axis_name is None else (axis_name,))
 
 
+def _entry_text(entry: Any) -> str:
+    if entry is None:
+        return "None"
+    if isinstance(entry, str):
+        return repr(entry)
+    if isinstance(entry, (tuple, list)):
+        items = [_entry_text(e) for e in entry]
+        return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+    return str(_static_int(entry))
+
+
+def _static_int(value: Any) -> int:
+    """An axis index as a plain int. Dynamo turns an int that changed between
+    calls into a symbolic one, which str() cannot print without a graph break;
+    comparing it with constants specialises it again (under a guard)."""
+    if not torch.compiler.is_compiling():
+        return int(value)
+    for candidate in range(-_MAX_MESH_AXES, _MAX_MESH_AXES):
+        if value == candidate:
+            return candidate
+    return int(value)
+
+
+
 def _spec_text(partition_spec: PartitionSpecLike) -> str:
-    return str(tuple(partition_spec))
+    """str(tuple(partition_spec)), as PyTorch/XLA serialises it for the op."""
+    return _entry_text(tuple(partition_spec))
 
 
 def mark_sharding(t: torch.Tensor, mesh: Mesh, partition_spec: PartitionSpecLike) -> torch.Tensor:

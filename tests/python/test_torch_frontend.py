@@ -1,0 +1,220 @@
+"""shardflow.torch: the custom op, PyTorch/XLA's xs/xr API and torch.compile(backend="shardflow")."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+import shardflow as sf
+import shardflow.torch as sft
+import shardflow.torch.runtime as xr
+import shardflow.torch.spmd as xs
+
+
+@pytest.fixture
+def spmd():
+    """Starts `n` in-process devices for one test, with a fresh Dynamo cache."""
+
+    def start(n: int) -> sf.Runtime:
+        xr.shutdown()
+        torch._dynamo.reset()
+        return xr.use_spmd(devices=n)
+
+    yield start
+    xr.shutdown()
+    torch._dynamo.reset()
+
+
+def compiled(fn):
+    return torch.compile(fn, backend="shardflow")
+
+
+def test_the_custom_op_has_both_schemas():
+    assert str(torch.ops.xla.dynamo_mark_sharding.default._schema) == (
+        "xla::dynamo_mark_sharding(Tensor t, int[] device_ids, str mesh_shape, str axis_names, "
+        "str partition_spec) -> Tensor")
+    assert str(torch.ops.xla.dynamo_mark_sharding.int_mesh._schema) == (
+        "xla::dynamo_mark_sharding.int_mesh(Tensor input, int[] device_ids, int[] mesh_shape, str axis_names, "
+        "str partition_spec) -> Tensor")
+
+
+def test_wrong_annotation_arguments_give_pytorchs_schema_error():
+    with pytest.raises(RuntimeError, match="Expected a value of type 'List\\[int\\]' for argument 'device_ids' but "
+                                           "instead found type 'str'"):
+        torch.ops.xla.dynamo_mark_sharding(torch.zeros(2), "0,1", "(2,)", "None", "(0,)")
+
+
+def test_eager_op_annotates_the_value_passed_in(spmd):
+    spmd(4)
+    x = torch.randn(4, 6)
+    y = torch.ops.xla.dynamo_mark_sharding(x, [0, 1, 2, 3], "(2, 2)", "None", "(1, 0)")
+    assert xs.get_sharding(x).v1 == "{devices=[2,2]0,2,1,3}"
+    assert xs.get_sharding(y).v1 == "{devices=[2,2]0,2,1,3}"
+    assert torch.equal(x, y)
+
+
+class SeedBlock(nn.Module):
+    """The seed's pattern: the mesh built in forward from torch.arange, the
+    annotation's result ignored."""
+
+    def __init__(self):
+        super().__init__()
+        self.w1 = nn.Linear(16, 24)
+        self.w2 = nn.Linear(24, 16, bias=False)
+
+    def forward(self, x):
+        device_ids = torch.arange(xr.global_runtime_device_count())
+        mesh = xs.Mesh(device_ids, (4, 1, 2))
+        h = x + self.w2(torch.relu(self.w1(x)))
+        xs.mark_sharding(h, mesh, (0, 1, 2))
+        return h * 2
+
+
+def test_seed_pattern_is_one_graph_without_breaks(spmd):
+    spmd(8)
+    explanation = torch._dynamo.explain(SeedBlock())(torch.randn(4, 3, 16))
+    assert (explanation.graph_count, explanation.graph_break_count) == (1, 0)
+
+
+def test_seed_pattern_runs_sharded_and_equals_eager(spmd):
+    spmd(8)
+    torch.manual_seed(0)
+    block = SeedBlock().eval()
+    mesh = xs.Mesh(np.arange(8), (4, 1, 2), ("data", "fsdp", "model"))
+    xs.mark_sharding(block.w1.weight, mesh, ("model", "fsdp"))
+    xs.mark_sharding(block.w2.weight, mesh, ("fsdp", "model"))
+    x = torch.randn(4, 3, 16)
+    with torch.no_grad():
+        expected = block(x)
+        step = compiled(block)
+        for _ in range(3):
+            torch.testing.assert_close(step(x), expected, rtol=1e-5, atol=1e-5)
+    report = sft.explain(block, x)
+    assert (len(report.graphs), report.graph_breaks) == (1, 0)
+    (graph,) = report.graphs
+    assert "xla::dynamo_mark_sharding" in graph.ir and '"(0, 1, 2)"' in graph.ir
+    assert all(c.reason for c in graph.collectives)
+    assert {c.kind for c in graph.collectives} <= {"all-gather", "all-reduce", "reduce-scatter", "all-to-all",
+                                                  "collective-permute"}
+
+
+@pytest.mark.parametrize("mesh_shape_arg", ["(2, 2)", [2, 2]], ids=["str", "int_list"])
+def test_pytorch_xla_style_op_calls_compile(spmd, mesh_shape_arg):
+    spmd(4)
+
+    def f(x):
+        y = torch.ops.xla.dynamo_mark_sharding(x, [0, 1, 2, 3], mesh_shape_arg, "None", "(1, 0)")
+        return torch.tanh(y) * 3
+
+    x = torch.randn(6, 5)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(f)(x), torch.tanh(x) * 3)
+
+
+@pytest.mark.parametrize("ids", [[0, 1, 2, 3], (0, 1, 2, 3), "np", "torch", "range"])
+def test_meshes_from_lists_tuples_and_arrays_compile_without_breaks(spmd, ids):
+    spmd(4)
+
+    def f(x):
+        device_ids = {"np": np.arange(4), "torch": torch.arange(4), "range": range(4)}.get(ids, ids)
+        mesh = xs.Mesh(device_ids, (2, 2), ("a", "b"))
+        xs.mark_sharding(x, mesh, ("b", None))
+        return x.sum(0) + 1
+
+    x = torch.randn(5, 3)
+    explanation = torch._dynamo.explain(f)(x)
+    assert (explanation.graph_count, explanation.graph_break_count) == (1, 0)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(f)(x), x.sum(0) + 1, rtol=1e-5, atol=1e-5)
+
+
+def test_device_ids_from_input_data_are_an_error_naming_the_line(spmd):
+    spmd(4)
+
+    def f(x, ids):
+        xs.mark_sharding(x, xs.Mesh(ids * 1, (2, 2)), (0, 1))  # the line the error names
+        return x + 1
+
+    with pytest.raises(Exception, match=r"depend on the compiled function's input.*test_torch_frontend.py.*"
+                                        r"xs.mark_sharding\(x, xs.Mesh\(ids \* 1"):
+        with torch.no_grad():
+            compiled(f)(torch.randn(4, 4), torch.arange(4))
+
+
+def test_an_op_shardflow_lacks_is_an_error_naming_op_schema_and_line(spmd):
+    spmd(2)
+
+    def f(x):
+        return torch.cumsum(x, 0)  # not in shardflow's op set
+
+    with pytest.raises(Exception, match=r"shardflow has no op aten::cumsum \(aten::cumsum\(Tensor self, int dim.*"
+                                        r"test_torch_frontend.py.*torch.cumsum\(x, 0\)"):
+        with torch.no_grad():
+            compiled(f)(torch.randn(4, 4))
+
+
+def test_the_same_mesh_reuses_the_graph_and_another_spec_recompiles(spmd):
+    spmd(4)
+    specs = [(0, 1)]
+
+    def f(x):
+        xs.mark_sharding(x, xs.Mesh([0, 1, 2, 3], (2, 2)), specs[0])
+        return x * 2
+
+    graphs = sft.compiled_graphs  # every graph the backend compiled
+    start = len(graphs)
+    step = compiled(f)
+    with torch.no_grad():
+        for _ in range(4):
+            step(torch.randn(4, 4))
+        assert len(graphs) == start + 1  # the same mesh and spec: compiled once
+        specs[0] = (1, 0)
+        torch.testing.assert_close(step(torch.ones(4, 4)), torch.full((4, 4), 2.0))
+        step(torch.ones(4, 4))
+        assert len(graphs) == start + 2
+        assert '"(1, 0)"' in graphs[-1].last.ir
+
+
+def test_dumped_graphs_replay_with_the_cli(spmd, tmp_path, monkeypatch):
+    spmd(8)
+    monkeypatch.setenv("SHARDFLOW_DUMP_DIR", str(tmp_path))
+    torch.manual_seed(1)
+    block = SeedBlock().eval()
+    mesh = xs.Mesh(np.arange(8), (4, 1, 2), ("data", "fsdp", "model"))
+    xs.mark_sharding(block.w1.weight, mesh, ("model", None))
+    with torch.no_grad():
+        compiled(block)(torch.randn(4, 3, 16))
+    (dump,) = list(pathlib.Path(tmp_path).glob("*.ir"))
+    cli = pathlib.Path(__file__).resolve().parents[2] / "build" / "release" / "tools" / "shardflow"
+    if not cli.exists():
+        pytest.skip("the shardflow tool is not built")
+    result = subprocess.run([str(cli), "run", str(dump), "--check"], capture_output=True, text=True,
+                            env={**os.environ, "OPENBLAS_NUM_THREADS": "1"}, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "within tolerance" in result.stdout
+
+
+def test_mesh_validation_is_pytorch_xlas(spmd):
+    spmd(4)
+    with pytest.raises(AssertionError, match=r"Number of device IDs \(4\) must match mesh size \(8\)"):
+        xs.Mesh(range(4), (2, 4))
+    mesh = xs.Mesh(range(4), (2, 2), ("x", "y"))
+    assert mesh.get_logical_mesh().tolist() == [[0, 1], [2, 3]]
+    assert mesh.shape() == {"x": 2, "y": 2} and mesh.size() == 4
+    assert xs.get_1d_mesh("data").shape() == {"data": 4}
+    with pytest.raises(ValueError, match="Partition spec length \\(1\\) should be equal to the input rank \\(2\\)."):
+        xs.mark_sharding(torch.zeros(2, 2), mesh, ("x",))
+    t = torch.zeros(4, 4)
+    xs.mark_sharding(t, mesh, ("x", None))
+    with pytest.raises(sf.Error, match="Existing annotation must be cleared first"):
+        xs.mark_sharding(t, mesh, ("y", None))
+    xs.clear_sharding(t)
+    xs.mark_sharding(t, mesh, ("y", None))
+    assert xs.get_sharding(t).v1 == "{devices=[2,1,2]0,2,1,3 last_tile_dim_replicate}"
