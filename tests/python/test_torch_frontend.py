@@ -99,7 +99,7 @@ def test_seed_pattern_runs_sharded_and_equals_eager(spmd):
     assert (len(report.graphs), report.graph_breaks) == (1, 0)
     (graph,) = report.graphs
     assert "xla::dynamo_mark_sharding" in graph.ir and '"(0, 1, 2)"' in graph.ir
-    assert all(c.reason for c in graph.collectives)
+    assert graph.collectives and all(c.reason and c.axes for c in graph.collectives)
     assert {c.kind for c in graph.collectives} <= {"all-gather", "all-reduce", "reduce-scatter", "all-to-all",
                                                   "collective-permute"}
 

@@ -35,6 +35,7 @@ compiled_graphs: list["CompiledGraph"] = []
 class Prepared:
     ir: str
     executable: sf.Executable
+    constants: list[sf.Tensor]  # the graph's tensor constants, fed after its inputs
 
 
 @dataclass
@@ -52,17 +53,20 @@ class CompiledGraph:
         key = (sf._core._runner_id(), tuple(None if s is None else (s.v1, str(s.mesh)) for s in shardings))
         entry = self.prepared.get(key)
         if entry is None:
-            ir = _lowering.lower(self.gm, shardings, self.name)
+            ir, constants = _lowering.lower(self.gm, shardings, self.name)
             _dump(self.name, ir)
             graph = sf.Graph.parse(ir)
-            entry = self.prepared[key] = Prepared(ir, sf.Executable(graph, shardings))
+            constant_inputs = [_state.to_shardflow(c) for c in constants]
+            entry = self.prepared[key] = Prepared(ir, sf.Executable(graph, shardings + [None] * len(constants)),
+                                                  constant_inputs)
         self.last = entry
         return entry
 
     def __call__(self, args: list[Any]) -> list[torch.Tensor]:
         inputs = [_state.as_input(a) if isinstance(a, torch.Tensor) else _scalar_input(a) for a in args]
         args.clear()  # the boxed convention: the callee lets go of the inputs
-        outputs = self.prepare(inputs).executable(inputs)
+        prepared = self.prepare(inputs)
+        outputs = prepared.executable(inputs + prepared.constants)
         return [torch.from_dlpack(out) for out in outputs]
 
 

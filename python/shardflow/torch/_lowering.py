@@ -133,6 +133,7 @@ class Lowering:
     emit: Emitter = field(default_factory=Emitter)
     values: dict[torch.fx.Node, Any] = field(default_factory=dict)
     schemas: dict[str, str] = field(default_factory=sf.op_schemas)
+    constants: list[torch.Tensor] = field(default_factory=list)  # get_attr tensors, fed after the inputs
 
     def run(self, name: str = "main") -> str:
         params, outputs = [], []
@@ -145,10 +146,17 @@ class Lowering:
             if sharding is not None:
                 self.values[node] = self._annotation(ref, sharding, node)
         for node in self.gm.graph.nodes:
+            if node.op == "get_attr" and not _only_device_ids(node):
+                # A tensor constant of the graph: one more input, after the
+                # graph's own (the caller feeds `constants`).
+                value = getattr(self.gm, node.target)
+                ref = Ref(f"%{node.name}")
+                params.append(f"{ref.name}: {ir_type(value, node)}")
+                self.values[node] = ref
+                self.constants.append(value)
+        for node in self.gm.graph.nodes:
             if node.op == "call_function":
                 self.values[node] = self._call(node)
-            elif node.op == "get_attr":
-                raise LoweringError(f"graph constant {node.target} is not supported yet (at {source_line(node)})")
             elif node.op == "output":
                 for out in torch.fx.node.map_arg(node.args[0], lambda n: n):
                     if not isinstance(out, torch.fx.Node):
@@ -176,8 +184,8 @@ class Lowering:
             return self.values[node.args[0]][node.args[1]]
         if target in _ops.ANNOTATIONS:
             return self._mark_sharding(node)
-        if node.users and all(u.target in _ops.ANNOTATIONS and u.args[1] is node for u in node.users):
-            return None  # device ids, computed when the annotation is lowered
+        if _only_device_ids(node):
+            return None  # computed when the annotation is lowered
         rewrite = REWRITES.get(target)
         if rewrite is not None:
             return rewrite(self, node)
@@ -237,6 +245,11 @@ class Lowering:
         return annotated
 
 
+def _only_device_ids(node: torch.fx.Node) -> bool:
+    """The node only feeds annotations' device ids (torch.arange(n) in forward)."""
+    return bool(node.users) and all(u.target in _ops.ANNOTATIONS and u.args[1] is node for u in node.users)
+
+
 def _is_default_placement(value: Any) -> bool:
     if value is None or value is False:
         return True
@@ -253,6 +266,8 @@ def _constant(node: torch.fx.Node, user: torch.fx.Node) -> torch.Tensor:
             f"the device ids of the mesh passed to mark_sharding depend on the compiled function's input "
             f"{node.name}, so they are not known when the graph is compiled (at {source_line(user)}); build the "
             "mesh from constants: a list, a tuple, np.arange(n) or torch.arange(n)")
+    if node.op == "get_attr":
+        return getattr(node.graph.owning_module, node.target)
     if node.op != "call_function":
         raise LoweringError(f"the device ids of the mesh passed to mark_sharding come from {node.op} {node.target}, which "
                             f"shardflow cannot compute when it compiles (at {source_line(user)})")
@@ -334,6 +349,16 @@ def _scalar_tensor(lowering: Lowering, node: torch.fx.Node) -> Ref:
     return lowering.emit_op(node, "aten::full", [[], node.args[0]], {"dtype": dtype})
 
 
+def _softmax_as(op: str) -> Callable[[Lowering, torch.fx.Node], Ref]:
+    """aten::_softmax(x, dim, half_to_float) (what softmax decomposes to) as softmax.int."""
+    def lower(lowering: Lowering, node: torch.fx.Node) -> Ref:
+        x, dim, half_to_float = node.args[:3]
+        if half_to_float:
+            raise LoweringError(f"{node.target} with half_to_float=True is not supported (at {source_line(node)})")
+        return lowering.emit_op(node, op, [lowering.values[x], dim])
+    return lower
+
+
 def _split(lowering: Lowering, node: torch.fx.Node) -> list[Ref]:
     x, sizes = node.args[0], node.args[1]
     dim = node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0)
@@ -365,10 +390,15 @@ REWRITES: dict[Any, Callable[[Lowering, torch.fx.Node], Any]] = {
     torch.ops.aten.masked_fill.Scalar: _masked_fill,
     torch.ops.aten.scalar_tensor.default: _scalar_tensor,
     torch.ops.aten.split.Tensor: _split,
+    torch.ops.aten._softmax.default: _softmax_as("aten::softmax.int"),
+    torch.ops.aten._log_softmax.default: _softmax_as("aten::log_softmax.int"),
     torch.ops.aten.split_with_sizes.default: _split,
 }
 
 
-def lower(gm: torch.fx.GraphModule, input_shardings: list[sf.Sharding | None], name: str = "main") -> str:
-    """The IR text of an AOTAutograd forward graph."""
-    return Lowering(gm, input_shardings).run(name)
+def lower(gm: torch.fx.GraphModule, input_shardings: list[sf.Sharding | None],
+          name: str = "main") -> tuple[str, list[torch.Tensor]]:
+    """The IR text of an AOTAutograd forward graph, and the tensor constants
+    its inputs end with."""
+    lowering = Lowering(gm, input_shardings)
+    return lowering.run(name), lowering.constants
