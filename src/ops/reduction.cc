@@ -11,8 +11,10 @@
 //   ([i, j])->([i]) {i=8, j=16} reduction={j}
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "families.h"
 #include "kernel_util.h"
@@ -266,14 +268,17 @@ struct ReduceCall {
 
 ReduceCall read_reduce_call(ReduceKind kind, const OpArgs& args, const TensorType& input) {
   const bool has_dtype = kind == ReduceKind::kSum || kind == ReduceKind::kMean;
+  // The full reductions aten::sum(Tensor self, *, ScalarType? dtype) and
+  // aten::mean(...) have no dim and no keepdim: every dim, not kept.
+  const bool full = args.schema().argument_index("dim") < 0;
   const std::optional<std::vector<int64_t>> dims =
-      has_dtype ? args.get_optional_int_list("dim") : args.get_int_list("dim");
+      full ? std::nullopt : has_dtype ? args.get_optional_int_list("dim") : args.get_int_list("dim");
   if (!has_dtype && numel(input.shape) == 0) {
     check_reducible_when_empty(reduce_name(kind), *dims, input.shape);
   }
   ReduceCall call;
   call.reduced = reduced_dims(dims, input.rank());
-  call.keepdim = args.get_bool("keepdim");
+  call.keepdim = !full && args.get_bool("keepdim");
   call.shape = reduced_shape(input.shape, call.reduced, call.keepdim);
   if (!has_dtype) {
     call.dtype = input.dtype;
@@ -481,6 +486,105 @@ void register_argmax(OpRegistry& registry) {
                std::move(def));
 }
 
+// -------------------------------------------------------------------- topk
+
+// The k largest (or smallest) elements along one dim and their positions,
+// largest first (sorted=False may give any order in PyTorch; this order is
+// one of them). NaN counts as the largest value, as in PyTorch; among equal
+// values the earlier position comes first.
+struct TopkCall {
+  int64_t k = 0;
+  int64_t dim = 0;  // wrapped
+  bool largest = true;
+  Shape shape;      // of both results
+};
+
+TopkCall read_topk_call(const OpArgs& args, const TensorType& input) {
+  TopkCall call;
+  call.dim = wrap_dim(args.get_int("dim"), input.rank());
+  call.k = args.get_int("k");
+  call.largest = args.get_bool("largest");
+  const int64_t size = input.rank() == 0 ? 1 : input.shape[static_cast<std::size_t>(call.dim)];
+  if (call.k < 0 || call.k > size) throw Error("selected index k out of range");
+  if (input.dtype == DType::kBool) throw Error("\"topk_cpu\" not implemented for 'Bool'");
+  call.shape = input.shape;
+  if (input.rank() > 0) call.shape[static_cast<std::size_t>(call.dim)] = call.k;
+  return call;
+}
+
+std::vector<DenseTensor> topk_kernel(const DenseTensor& input, const TopkCall& call) {
+  const Shape& shape = input.shape();
+  int64_t outer = 1, inner = 1;
+  const int64_t count = shape.empty() ? 1 : shape[static_cast<std::size_t>(call.dim)];
+  for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
+    if (d < call.dim) outer *= shape[static_cast<std::size_t>(d)];
+    if (d > call.dim) inner *= shape[static_cast<std::size_t>(d)];
+  }
+  DenseTensor values = DenseTensor::empty(input.dtype(), call.shape);
+  DenseTensor indices = DenseTensor::empty(DType::kI64, call.shape);
+  visit_dtype(input.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    using C = ComputeType<T>;
+    const T* x = input.data_as<T>();
+    T* v = values.data_as<T>();
+    int64_t* ix = indices.data_as<int64_t>();
+    std::vector<int64_t> order(static_cast<std::size_t>(count));
+    const auto before = [&](C a, C b) {  // a ranks before b
+      if (is_nan(a) || is_nan(b)) return is_nan(a) != is_nan(b) && (call.largest ? is_nan(a) : is_nan(b));
+      return call.largest ? a > b : a < b;
+    };
+    for (int64_t o = 0; o < outer; ++o) {
+      for (int64_t i = 0; i < inner; ++i) {
+        const T* row = x + o * count * inner + i;
+        for (int64_t r = 0; r < count; ++r) order[static_cast<std::size_t>(r)] = r;
+        std::partial_sort(order.begin(), order.begin() + call.k, order.end(), [&](int64_t a, int64_t b) {
+          const C va = load(row[a * inner]), vb = load(row[b * inner]);
+          if (before(va, vb)) return true;
+          if (before(vb, va)) return false;
+          return a < b;
+        });
+        for (int64_t j = 0; j < call.k; ++j) {
+          const int64_t at = (o * call.k + j) * inner + i;
+          const int64_t r = order[static_cast<std::size_t>(j)];
+          v[at] = row[r * inner];
+          ix[at] = r;
+        }
+      }
+    }
+  });
+  return {std::move(values), std::move(indices)};
+}
+
+void register_topk(OpRegistry& registry) {
+  OpDef def;
+  def.family = OpFamily::kReduction;
+  def.infer = [](const OpArgs& args, std::span<const TensorType> in) {
+    const TopkCall call = read_topk_call(args, in[0]);
+    return std::vector<TensorType>{{in[0].dtype, call.shape}, {DType::kI64, call.shape}};
+  };
+  // The dim it selects along must be whole on each device; the others pass
+  // through to both results.
+  def.sharding_rule = [](const OpArgs& args, std::span<const TensorType> in, std::span<const TensorType> out) {
+    const TopkCall call = read_topk_call(args, in[0]);
+    RuleBuilder builder(in, out);
+    for (int d = 0; d < in[0].rank(); ++d) {
+      const int64_t size = in[0].shape[static_cast<std::size_t>(d)];
+      if (d == call.dim) {
+        builder.add_factor({d}, {-1, -1}, size, FactorKind::kNeedReplication);
+      } else {
+        builder.add_factor({d}, {d, d}, size);
+      }
+    }
+    return builder.build();
+  };
+  def.kernel = [](const OpArgs& args, std::span<const DenseTensor> in) {
+    return topk_kernel(in[0], read_topk_call(args, {in[0].dtype(), in[0].shape()}));
+  };
+  registry.add("aten::topk(Tensor self, SymInt k, int dim=-1, bool largest=True, bool sorted=True) -> "
+               "(Tensor values, Tensor indices)",
+               std::move(def));
+}
+
 // ------------------------------------------------------ softmax, log_softmax
 
 struct SoftmaxCall {
@@ -603,11 +707,16 @@ void register_reduction_ops(OpRegistry& registry) {
                 "aten::mean.dim(Tensor self, int[1]? dim, bool keepdim=False, *, "
                 "ScalarType? dtype=None) -> Tensor",
                 ReduceKind::kMean);
+  // The full reductions, which PyTorch's dispatcher picks for sum(x) and
+  // mean(x) without a dim (AOTAutograd records them so).
+  add_reduction(registry, "aten::sum(Tensor self, *, ScalarType? dtype=None) -> Tensor", ReduceKind::kSum);
+  add_reduction(registry, "aten::mean(Tensor self, *, ScalarType? dtype=None) -> Tensor", ReduceKind::kMean);
   add_reduction(registry, "aten::amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor",
                 ReduceKind::kMax);
   add_reduction(registry, "aten::amin(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor",
                 ReduceKind::kMin);
   register_argmax(registry);
+  register_topk(registry);
   add_softmax(registry, "aten::softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor",
               false);
   add_softmax(registry,

@@ -188,6 +188,38 @@ TEST(ReductionOps, DtypeArgumentAndPromotion) {
             static_cast<double>(std::numeric_limits<int64_t>::min()));
 }
 
+// aten::sum(x) and aten::mean(x) without a dim pick the full reductions, as
+// PyTorch's dispatcher does (sum(Tensor self, *, ScalarType? dtype)).
+TEST(ReductionOps, FullReductionOverloadsAreChosenWithoutADim) {
+  const auto x = from_floats({1, 2, 3, 4, 5, 6}, {2, 3});
+  const auto total = call("aten::sum", {x});
+  EXPECT_EQ(total.shape(), sf::Shape{});
+  EXPECT_EQ(to_doubles(total), (std::vector<double>{21}));
+  EXPECT_EQ(to_doubles(call("aten::mean", {x})), (std::vector<double>{3.5}));
+  EXPECT_EQ(call("aten::sum", {from_ints({1, 2}, {2}, sf::DType::kI32)}).dtype(), sf::DType::kI64);
+  EXPECT_EQ(call("aten::sum", {x, kw("dtype", sf::DType::kBF16)}).dtype(), sf::DType::kBF16);
+  // With a dim the dim_IntList overload is still the one.
+  EXPECT_EQ(to_doubles(call("aten::sum", {x, std::vector<int64_t>{1}})), (std::vector<double>{6, 15}));
+}
+
+// topk against sorting each row: largest or smallest first, ties by position,
+// NaN the largest, along any dim.
+TEST(ReductionOps, TopkMatchesSortingEachRow) {
+  const std::vector<float> data{3, 1, NAN, 3, -2, 7, 0, 7, 5, 1, 2, 2};
+  const auto x = from_floats(data, {3, 4});
+  const auto largest = run_op("aten::topk", {x, 2}).outputs;
+  ASSERT_EQ(largest.size(), 2u);
+  EXPECT_EQ(largest[0].shape(), (sf::Shape{3, 2}));
+  EXPECT_EQ(to_doubles(largest[1]), (std::vector<double>{2, 0, 1, 3, 0, 2}));  // NaN first; 7 at 1 before 7 at 3
+  const auto values = to_doubles(largest[0]);
+  EXPECT_TRUE(std::isnan(values[0]));
+  EXPECT_EQ(std::vector<double>(values.begin() + 1, values.end()), (std::vector<double>{3, 7, 7, 5, 2}));
+  const auto smallest = run_op("aten::topk", {x, 3, 0, kw("largest", false)}).outputs;
+  EXPECT_EQ(smallest[1].shape(), (sf::Shape{3, 4}));
+  EXPECT_EQ(to_doubles(smallest[1]), (std::vector<double>{1, 0, 1, 2, 0, 2, 2, 0, 2, 1, 0, 1}));  // NaN last
+  EXPECT_THROW(run_op("aten::topk", {x, 5}), sf::Error);
+}
+
 TEST(ReductionOps, LowPrecisionSumsAccumulateWide) {
   // 4096 ones in bf16: a bf16 accumulator would stop at 256.
   const auto ones = call("aten::to.dtype", {from_floats(std::vector<float>(4096, 1.0f), {4096}), sf::DType::kBF16});

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 import shardflow as sf
 import shardflow.torch as sft
@@ -218,3 +219,73 @@ def test_mesh_validation_is_pytorch_xlas(spmd):
     xs.clear_sharding(t)
     xs.mark_sharding(t, mesh, ("y", None))
     assert xs.get_sharding(t).v1 == "{devices=[2,1,2]0,2,1,3 last_tile_dim_replicate}"
+
+
+def rotate_half(x):
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class AttentionBlock(nn.Module):
+    """The ops of a LLaMA block as people write them: nn.Embedding,
+    Hugging Face rotary (rotate_half), grouped-query attention through
+    repeat_interleave, a causal mask from triu + masked_fill,
+    F.scaled_dot_product_attention, RMSNorm in torch ops, SwiGLU, a tied
+    output head, and argmax / topk sampling."""
+
+    def __init__(self, vocab=40, dim=16, heads=4, kv_heads=2):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, dim // heads
+        self.embed = nn.Embedding(vocab, dim)
+        self.wq = nn.Linear(dim, dim, bias=False)
+        self.wk = nn.Linear(dim, kv_heads * self.head_dim, bias=False)
+        self.wv = nn.Linear(dim, kv_heads * self.head_dim, bias=False)
+        self.wo = nn.Linear(dim, dim, bias=False)
+        self.w1, self.w3 = nn.Linear(dim, 24, bias=False), nn.Linear(dim, 24, bias=False)
+        self.w2 = nn.Linear(24, dim, bias=False)
+        self.norm = nn.Parameter(torch.rand(dim) + 0.5)
+
+    def rms(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * self.norm
+
+    def forward(self, tokens, cos, sin):
+        mesh = xs.Mesh(torch.arange(xr.global_runtime_device_count()), (xr.global_runtime_device_count(),))
+        x = self.embed(tokens)
+        b, t, _ = x.shape
+        h = self.rms(x)
+        q = self.wq(h).view(b, t, self.heads, self.head_dim).transpose(1, 2)
+        k = self.wk(h).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = self.wv(h).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        k = k.repeat_interleave(self.heads // self.kv_heads, dim=1)
+        v = v.repeat_interleave(self.heads // self.kv_heads, dim=1)
+        mask = torch.ones(t, t, dtype=torch.bool).triu(1)
+        scores = (q @ k.transpose(2, 3)) / self.head_dim ** 0.5
+        manual = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1) @ v
+        fused = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.wo((manual + fused).transpose(1, 2).reshape(b, t, -1))
+        xs.mark_sharding(x, mesh, (0, None, None))
+        h = self.rms(x)
+        x = x + self.w2(F.silu(self.w1(h)) * self.w3(h))
+        logits = self.rms(x) @ self.embed.weight.t()
+        return logits, logits.argmax(-1), torch.topk(logits, 3, dim=-1).indices
+
+
+@pytest.mark.parametrize("devices", [1, 2, 4])
+def test_llama_style_ops_compile_and_equal_eager(spmd, devices):
+    spmd(devices)
+    torch.manual_seed(devices)
+    block = AttentionBlock().eval()
+    mesh = xs.Mesh(np.arange(devices), (devices,), ("model",))
+    for weight in (block.wq.weight, block.wk.weight, block.wv.weight, block.w1.weight, block.w3.weight):
+        xs.mark_sharding(weight, mesh, ("model", None))
+    for weight in (block.wo.weight, block.w2.weight):
+        xs.mark_sharding(weight, mesh, (None, "model"))
+    tokens = torch.randint(0, 40, (4, 5))
+    cos, sin = torch.randn(5, 4), torch.randn(5, 4)
+    with torch.no_grad():
+        expected = block(tokens, cos, sin)
+        got = compiled(block)(tokens, cos, sin)
+    torch.testing.assert_close(got[0], expected[0], rtol=0, atol=1e-4 * (1 + expected[0].abs().max().item()))
+    assert torch.equal(got[1], expected[1])
+    assert torch.equal(got[2], expected[2])

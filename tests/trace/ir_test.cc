@@ -191,6 +191,28 @@ std::vector<std::string> valid_texts() {
       "}\n"};
 }
 
+// An op name without its overload resolves as PyTorch's dispatcher does:
+// aten::sum(%x) is the full reduction aten::sum(Tensor self, *, ScalarType?
+// dtype=None), aten::sum(%x, [1]) is aten::sum.dim_IntList.
+TEST(IrText, OverloadsResolveAsPyTorchDoes) {
+  sf::ops::register_all_ops();
+  const sf::Graph graph = sf::parse_graph(
+      "func @f(%x: f32[2,3]) -> (f32[], f32[2], f32[]) {\n"
+      "  %a = aten::sum(%x) : f32[]\n"
+      "  %b = aten::sum(%x, [1]) : f32[2]\n"
+      "  %c = aten::mean(%x, dtype=f32) : f32[]\n"
+      "  return %a, %b, %c\n"
+      "}\n");
+  sf::verify_graph(graph);
+  EXPECT_EQ(sf::print_graph(graph),
+            "func @f(%x: f32[2,3]) -> (f32[], f32[2], f32[]) {\n"
+            "  %a = aten::sum(%x) : f32[]\n"
+            "  %b = aten::sum.dim_IntList(%x, [1]) : f32[2]\n"
+            "  %c = aten::mean(%x, dtype=f32) : f32[]\n"
+            "  return %a, %b, %c\n"
+            "}\n");
+}
+
 TEST(IrText, SurvivesArbitraryBytesAndMutations) {
   sf::ops::register_all_ops();
   std::mt19937 rng(9);

@@ -113,9 +113,11 @@ class Emitter:
         self.counter += 1
         return Ref(f"%{hint}_sf{self.counter}")
 
-    def op(self, result: Ref, op: str, args: list[Any], kwargs: dict[str, Any], type_text: str) -> Ref:
+    def op(self, result: Ref | list[Ref], op: str, args: list[Any], kwargs: dict[str, Any], type_text: str):
+        """One node; several results (`%a, %b = aten::topk(...) : (f32[2], i64[2])`) for a list."""
         parts = [_literal(a) for a in args] + [f"{k}={_literal(v)}" for k, v in kwargs.items()]
-        self.lines.append(f"  {result.name} = {op}({', '.join(parts)}) : {type_text}")
+        names = ", ".join(r.name for r in result) if isinstance(result, list) else result.name
+        self.lines.append(f"  {names} = {op}({', '.join(parts)}) : {type_text}")
         return result
 
 
@@ -170,7 +172,11 @@ class Lowering:
 
     def _arg(self, value: Any) -> Any:
         if isinstance(value, torch.fx.Node):
-            return self.values[value]
+            found = self.values[value]
+            if isinstance(found, _Unsupported):
+                raise LoweringError(f"{found.what} is used (at {source_line(found.node)}); shardflow does not "
+                                    "compute it")
+            return found
         if isinstance(value, (list, tuple)):
             return [self._arg(v) for v in value]
         return value
@@ -210,6 +216,12 @@ class Lowering:
             raise LoweringError(f"shardflow has no op {op} ({schema}), used at {source_line(node)}; "
                                 "it is not in shardflow's op set nor rewritten into ops it has")
         kwargs = {k: v for k, v in kwargs.items() if k not in _PLACEMENT_KWARGS or not _is_default_placement(v)}
+        value = node.meta.get("val")
+        if isinstance(value, (tuple, list)):  # an op with several results, read with getitem
+            results = [Ref(f"%{node.name}_{i}") for i in range(len(value))]
+            types = "(" + ", ".join(ir_type(v, node) for v in value) + ")"
+            return self.emit.op(results, op, self._arg(list(args)), {k: self._arg(v) for k, v in kwargs.items()},
+                                types)
         result, type_text = self._result(node)
         return self.emit.op(result, op, self._arg(list(args)), {k: self._arg(v) for k, v in kwargs.items()},
                             type_text)
@@ -315,14 +327,6 @@ def _to_copy(lowering: Lowering, node: torch.fx.Node) -> Any:
     return lowering.emit_op(node, "aten::to.dtype", [source, dtype])
 
 
-def _full_reduction(op: str) -> Callable[[Lowering, torch.fx.Node], Ref]:
-    def lower(lowering: Lowering, node: torch.fx.Node) -> Ref:
-        dims = list(range(_rank(node.args[0])))
-        kwargs = {"dtype": node.kwargs["dtype"]} if node.kwargs.get("dtype") is not None else {}
-        return lowering.emit_op(node, op, [lowering.values[node.args[0]], dims, False], kwargs)
-    return lower
-
-
 def _view(lowering: Lowering, node: torch.fx.Node) -> Ref:
     return lowering.emit_op(node, "aten::reshape", [lowering.values[node.args[0]], list(node.args[1])])
 
@@ -359,6 +363,32 @@ def _softmax_as(op: str) -> Callable[[Lowering, torch.fx.Node], Ref]:
     return lower
 
 
+def _sdpa(lowering: Lowering, node: torch.fx.Node) -> list[Any]:
+    """The CPU attention kernels F.scaled_dot_product_attention dispatches to,
+    as shardflow's one aten::scaled_dot_product_attention op. Their second
+    output (the log-sum-exp, for backward) has no lowering."""
+    q, k, v = (lowering.values[n] for n in node.args[:3])
+    dropout = node.args[3] if len(node.args) > 3 else node.kwargs.get("dropout_p", 0.0)
+    is_causal = node.args[4] if len(node.args) > 4 else node.kwargs.get("is_causal", False)
+    mask = node.kwargs.get("attn_mask")
+    if dropout:
+        raise LoweringError(f"scaled_dot_product_attention with dropout_p={dropout} is not supported in inference "
+                            f"graphs (at {source_line(node)})")
+    kwargs = {"scale": node.kwargs["scale"]} if node.kwargs.get("scale") is not None else {}
+    out = lowering.emit_op(node, "aten::scaled_dot_product_attention",
+                           [q, k, v, None if mask is None else lowering.values[mask], 0.0, is_causal], kwargs,
+                           type_text=ir_type(node.meta["val"][0], node), hint=f"{node.name}_out")
+    return [out, _Unsupported(node, "the log-sum-exp output of scaled_dot_product_attention")]
+
+
+@dataclass(frozen=True)
+class _Unsupported:
+    """A result that has no lowering; an error when something reads it."""
+
+    node: torch.fx.Node
+    what: str
+
+
 def _split(lowering: Lowering, node: torch.fx.Node) -> list[Ref]:
     x, sizes = node.args[0], node.args[1]
     dim = node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0)
@@ -383,14 +413,13 @@ REWRITES: dict[Any, Callable[[Lowering, torch.fx.Node], Any]] = {
     torch.ops.aten.detach.default: _identity,
     torch.ops.aten.lift_fresh_copy.default: _identity,
     torch.ops.aten._to_copy.default: _to_copy,
-    torch.ops.aten.sum.default: _full_reduction("aten::sum.dim_IntList"),
-    torch.ops.aten.mean.default: _full_reduction("aten::mean.dim"),
     torch.ops.aten._unsafe_view.default: _view,
     torch.ops.aten.rsub.Scalar: _rsub,
     torch.ops.aten.masked_fill.Scalar: _masked_fill,
     torch.ops.aten.scalar_tensor.default: _scalar_tensor,
     torch.ops.aten.split.Tensor: _split,
     torch.ops.aten._softmax.default: _softmax_as("aten::softmax.int"),
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default: _sdpa,
     torch.ops.aten._log_softmax.default: _softmax_as("aten::log_softmax.int"),
     torch.ops.aten.split_with_sizes.default: _split,
 }
