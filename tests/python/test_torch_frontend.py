@@ -289,3 +289,41 @@ def test_llama_style_ops_compile_and_equal_eager(spmd, devices):
     torch.testing.assert_close(got[0], expected[0], rtol=0, atol=1e-4 * (1 + expected[0].abs().max().item()))
     assert torch.equal(got[1], expected[1])
     assert torch.equal(got[2], expected[2])
+
+
+def precompute_freqs_cis(dim: int, end: int, theta: float = 10000.0) -> torch.Tensor:
+    """Meta's LLaMA 2 rotary table (complex64), as in its model.py."""
+    freqs = 1.0 / (theta ** (torch.arange(0, dim, 2)[: (dim // 2)].float() / dim))
+    t = torch.arange(end, device=freqs.device)
+    return torch.polar(torch.ones_like(freqs), torch.outer(t, freqs).float())
+
+
+def apply_rotary_emb(xq, xk, freqs_cis):
+    """Meta's complex rotary: view_as_complex, a complex product, view_as_real."""
+    xq_ = torch.view_as_complex(xq.float().reshape(*xq.shape[:-1], -1, 2))
+    xk_ = torch.view_as_complex(xk.float().reshape(*xk.shape[:-1], -1, 2))
+    shape = [d if i == 1 or i == xq_.ndim - 1 else 1 for i, d in enumerate(xq_.shape)]
+    freqs_cis = freqs_cis.view(*shape)
+    xq_out = torch.view_as_real(xq_ * freqs_cis).flatten(3)
+    xk_out = torch.view_as_real(xk_ * freqs_cis).flatten(3)
+    return xq_out.type_as(xq), xk_out.type_as(xk)
+
+
+@pytest.mark.parametrize("table", ["input", "computed_in_forward"])
+def test_metas_complex_rotary_is_lowered_to_real_ops(spmd, table):
+    spmd(2)
+    freqs = precompute_freqs_cis(8, 32)
+
+    def rotate(xq, xk, freqs_cis):
+        if table == "computed_in_forward":
+            freqs_cis = precompute_freqs_cis(8, 32)
+        mesh = xs.Mesh([0, 1], (2,))
+        xs.mark_sharding(xq, mesh, (0, None, None, None))
+        return apply_rotary_emb(xq, xk, freqs_cis[3:7])
+
+    xq, xk = torch.randn(2, 4, 3, 8), torch.randn(2, 4, 3, 8)
+    with torch.no_grad():
+        expected = rotate(xq, xk, freqs)
+        got = compiled(rotate)(xq, xk, freqs)
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5)

@@ -23,7 +23,7 @@ import torch.fx
 
 import shardflow as sf
 
-from . import _ops
+from . import _complex, _ops
 
 DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16", torch.int64: "i64",
           torch.int32: "i32", torch.bool: "bool"}
@@ -142,7 +142,13 @@ class Lowering:
         placeholders = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
         for index, node in enumerate(placeholders):
             ref = Ref(f"%{node.name}")
-            params.append(f"{ref.name}: {ir_type(node.meta.get('val'), node)}")
+            value = node.meta.get("val")
+            if isinstance(value, torch.Tensor) and value.is_complex():
+                # Fed as view_as_real(input): f32 with a trailing 2.
+                params.append(f"{ref.name}: {_complex.part_type(value)[:-1]}{',' if value.dim() else ''}2]")
+                self.values[node] = _complex.split_input(self, ref, node)
+                continue
+            params.append(f"{ref.name}: {ir_type(value, node)}")
             self.values[node] = ref
             sharding = self.annotate_inputs[index] if index < len(self.annotate_inputs) else None
             if sharding is not None:
@@ -192,6 +198,8 @@ class Lowering:
             return self._mark_sharding(node)
         if _only_device_ids(node):
             return None  # computed when the annotation is lowered
+        if _complex.is_complex(self, node):
+            return _complex.lower(self, node)
         rewrite = REWRITES.get(target)
         if rewrite is not None:
             return rewrite(self, node)
@@ -353,6 +361,28 @@ def _scalar_tensor(lowering: Lowering, node: torch.fx.Node) -> Ref:
     return lowering.emit_op(node, "aten::full", [[], node.args[0]], {"dtype": dtype})
 
 
+def _pow_scalar_base(lowering: Lowering, node: torch.fx.Node) -> Ref:
+    """base ** tensor (aten::pow.Scalar, as in rotary frequencies) = exp(tensor * log(base))."""
+    base, exponent = node.args[:2]
+    if base <= 0:
+        raise LoweringError(f"pow with the non-positive base {base} is not supported (at {source_line(node)})")
+    scaled = lowering.emit_op(node, "aten::mul.Scalar", [lowering.values[exponent], math.log(base)],
+                              type_text=ir_type(node.meta["val"], node), hint="log_scaled")
+    return lowering.emit_op(node, "aten::exp", [scaled])
+
+
+def _reciprocal(lowering: Lowering, node: torch.fx.Node) -> Ref:
+    return lowering.emit_op(node, "aten::pow.Tensor_Scalar", [lowering.values[node.args[0]], -1.0])
+
+
+def _full_like(fill: float | None) -> Callable[[Lowering, torch.fx.Node], Ref]:
+    def lower(lowering: Lowering, node: torch.fx.Node) -> Ref:
+        value = node.meta["val"]
+        return lowering.emit_op(node, "aten::full", [list(value.shape), node.args[1] if fill is None else fill],
+                                {"dtype": value.dtype})
+    return lower
+
+
 def _softmax_as(op: str) -> Callable[[Lowering, torch.fx.Node], Ref]:
     """aten::_softmax(x, dim, half_to_float) (what softmax decomposes to) as softmax.int."""
     def lower(lowering: Lowering, node: torch.fx.Node) -> Ref:
@@ -419,6 +449,11 @@ REWRITES: dict[Any, Callable[[Lowering, torch.fx.Node], Any]] = {
     torch.ops.aten.scalar_tensor.default: _scalar_tensor,
     torch.ops.aten.split.Tensor: _split,
     torch.ops.aten._softmax.default: _softmax_as("aten::softmax.int"),
+    torch.ops.aten.pow.Scalar: _pow_scalar_base,
+    torch.ops.aten.reciprocal.default: _reciprocal,
+    torch.ops.aten.ones_like.default: _full_like(1.0),
+    torch.ops.aten.zeros_like.default: _full_like(0.0),
+    torch.ops.aten.full_like.default: _full_like(None),
     torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default: _sdpa,
     torch.ops.aten._log_softmax.default: _softmax_as("aten::log_softmax.int"),
     torch.ops.aten.split_with_sizes.default: _split,

@@ -58,4 +58,7 @@ def clear(t: torch.Tensor) -> None:
 def as_input(t: torch.Tensor) -> sf.Tensor:
     """What a compiled graph is fed for a torch tensor: its shards if marked."""
     laid_out = sharded(t)
-    return laid_out if laid_out is not None else to_shardflow(t)
+    if laid_out is not None:
+        return laid_out
+    # A complex input is fed as its real view (the graph splits the parts).
+    return to_shardflow(torch.view_as_real(t) if t.is_complex() else t)
