@@ -56,6 +56,11 @@ demo() {
   set -x
   OPENBLAS_NUM_THREADS=1 "$shardflow" llama --config stories15M --devices 8 --mesh 4,1,2 \
     --prompt-ids 1,450,4996,310 --steps 48 --check
+  # The same model written in plain PyTorch (like Meta's model.py), through
+  # torch.compile(backend="shardflow"): the seed's annotations, checked
+  # against eager PyTorch on one device; prints the decode step's collectives.
+  OPENBLAS_NUM_THREADS=1 PYTHONPATH="$PWD/build/release/python" python3 examples/llama2_torch.py \
+    --config stories15M --mesh 4,1,2 --prompt-ids 1,450,4996,310 --steps 32 --check
 }
 
 run_tests() {

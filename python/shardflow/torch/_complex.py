@@ -62,6 +62,7 @@ _MOVES = {
     torch.ops.aten.permute.default: "aten::permute",
     torch.ops.aten.transpose.int: "aten::transpose.int",
     torch.ops.aten.expand.default: "aten::expand",
+    torch.ops.aten.index_select.default: "aten::index_select",
 }
 _IDENTITIES = {torch.ops.aten.clone.default, torch.ops.aten.alias.default, torch.ops.aten._to_copy.default}
 
@@ -91,7 +92,7 @@ def lower(lowering: "Lowering", node: torch.fx.Node) -> Any:
     if target in _MOVES:
         pair = lowering.values[args[0]]
         kind = part_type(value)
-        rest = list(args[1:])
+        rest = lowering._arg(list(args[1:]))
         return ComplexPair(*(lowering.emit_op(node, _MOVES[target], [part, *rest], type_text=kind, hint=name)
                              for part, name in ((pair.real, "re"), (pair.imag, "im"))))
     if target is torch.ops.aten.mul.Tensor:
