@@ -316,7 +316,8 @@ def main(argv: list[str] | None = None) -> int:
     worst = max(float((a - b).abs().max() / (1 + b.abs().max())) for a, b in zip(result.logits, reference.logits))
     same = result.tokens == reference.tokens
     print(f"check against eager PyTorch on one device: tokens {'identical' if same else 'DIFFER'}, "
-          f"largest logit difference {worst:.2e} of the logits' scale")
+          f"largest logit difference {worst:.2e} of the logits' scale; eager PyTorch decoded "
+          f"{decode_tokens / reference.decode_seconds:.1f} tok/s ({torch.get_num_threads()} thread(s))")
     if not same or worst > 1e-4:
         print(f"error: eager PyTorch generated {reference.tokens[0]}", file=sys.stderr)
         return 1

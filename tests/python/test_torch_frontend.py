@@ -327,3 +327,18 @@ def test_metas_complex_rotary_is_lowered_to_real_ops(spmd, table):
         got = compiled(rotate)(xq, xk, freqs)
     for g, e in zip(got, expected):
         torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5)
+
+
+def test_a_marked_tensor_keeps_its_sharding_when_written_in_place(spmd):
+    spmd(4)
+    mesh = xs.Mesh(range(4), (2, 2), ("x", "y"))
+    weight = torch.zeros(4, 6)
+    xs.mark_sharding(weight, mesh, ("x", "y"))
+    with torch.no_grad():
+        weight.copy_(torch.arange(24.0).reshape(4, 6))  # as load_state_dict does
+    assert xs.get_sharding(weight).v1 == "{devices=[2,2]0,1,2,3}"
+    step = compiled(lambda x: x @ weight.t())
+    with torch.no_grad():
+        torch.testing.assert_close(step(torch.ones(3, 6)), torch.ones(3, 6) @ weight.t())
+    (graph,) = [g for g in sft.compiled_graphs if g.last is not None][-1:]
+    assert "\"('x', 'y')\"" in graph.last.ir  # fed as its shards, annotated in the IR

@@ -3,9 +3,11 @@
 An eager ``xs.mark_sharding(t, mesh, spec)`` keeps the tensor's data as device
 shards (a sharded ``shardflow.Tensor``) here, keyed by the torch tensor. A
 compiled graph takes that sharded tensor as its input as it is, so weights are
-not split again on every call. An entry is dropped when the torch tensor is
-collected, and ignored once the tensor was written in place since (its
-``_version`` moved on).
+not split again on every call. The sharding stays with the tensor, as in
+PyTorch/XLA: once the tensor was written in place (its ``_version`` moved on:
+``load_state_dict``, a KV cache that AOTAutograd writes back) its new values
+are laid out again with the same sharding. An entry is dropped when the torch
+tensor is collected.
 """
 
 from __future__ import annotations
@@ -46,8 +48,9 @@ def sharded(t: torch.Tensor) -> sf.Tensor | None:
     if entry is None or entry.tensor() is not t:
         return None
     if entry.version != t._version:
-        del _entries[id(t)]
-        return None
+        sharding = entry.sharded.sharding
+        entry.sharded = sf.mark_sharding(to_shardflow(t), sharding.mesh, sharding.spec)
+        entry.version = t._version
     return entry.sharded
 
 
