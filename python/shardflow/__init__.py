@@ -29,6 +29,7 @@ from ._core import (  # noqa: F401  (re-exported)
     HloSharding,
     InvalidShardingError,
     LocalShard,
+    OpProfile,
     Mesh,
     PartitionSpec,
     Program,

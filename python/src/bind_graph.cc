@@ -7,6 +7,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <chrono>
 #include <optional>
 
 #include "arrays.h"
@@ -22,6 +23,7 @@
 #include "shardflow/runtime/spmd_runner.h"
 #include "shardflow/trace/compile.h"
 #include "shardflow/trace/interpreter.h"
+#include "shardflow/trace/profile.h"
 #include "shardflow/trace/tensor.h"
 
 namespace shardflow::python {
@@ -93,7 +95,7 @@ struct PyExecutable {
   std::shared_ptr<const PreparedGraph> prepared;
   GraphRunner* runner = nullptr;
 
-  std::vector<Tensor> call(std::vector<Tensor> inputs) const {
+  std::vector<Tensor> call(std::vector<Tensor> inputs, OpProfile* profile = nullptr) const {
     if (graph_runner() != runner) {
       throw Error("the runtime this graph was prepared for has ended; prepare it again for the current one");
     }
@@ -109,7 +111,7 @@ struct PyExecutable {
                                 shape_to_string(inputs[i].shape())));
       }
     }
-    return runner->run(*prepared, std::move(inputs), nullptr);
+    return runner->run(*prepared, std::move(inputs), profile);
   }
 };
 
@@ -287,6 +289,20 @@ void bind_graph(nb::module_& m) {
 
   m.def("_runner_id", [] { return reinterpret_cast<std::uintptr_t>(graph_runner()); },
         "Identifies what runs graphs now (the one-device interpreter or a runtime's devices).");
+  nb::class_<OpProfile>(m, "OpProfile",
+                        "Where compiled programs spend their time: per device, each op kind's calls and seconds.")
+      .def(nb::new_([] { return std::make_shared<OpProfile>(); }))
+      .def("devices", &OpProfile::devices)
+      .def("entries",
+           [](const OpProfile& p, int64_t device) {
+             nb::list rows;
+             for (const OpProfile::Entry& e : p.entries(device)) rows.append(nb::make_tuple(e.op, e.calls, e.seconds));
+             return rows;
+           },
+           "device"_a = 0, "(op, calls, seconds) rows, the most time first.")
+      .def_prop_ro("function_calls", &OpProfile::function_calls)
+      .def_prop_ro("function_seconds", &OpProfile::function_seconds)
+      .def("clear", &OpProfile::clear);
   nb::class_<PyExecutable>(m, "Executable",
                            "A graph prepared for the current runtime: propagated with the inputs' shardings,\n"
                            "partitioned and ready to run on shardflow Tensors (outputs stay laid out as shards).")
@@ -303,11 +319,18 @@ void bind_graph(nb::module_& m) {
            "graph"_a, "input_shardings"_a = std::vector<std::optional<Sharding>>{},
            "input_shardings[i]: the layout input i will come in (None: open, propagation decides).")
       .def("__call__",
-           [](const PyExecutable& e, std::vector<Tensor> inputs) {
+           [](const PyExecutable& e, std::vector<Tensor> inputs, std::shared_ptr<OpProfile> profile) {
              nb::gil_scoped_release release;
-             return e.call(std::move(inputs));
+             const auto started = std::chrono::steady_clock::now();
+             std::vector<Tensor> outputs = e.call(std::move(inputs), profile.get());
+             if (profile) {
+               profile->add_function_call(
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+             }
+             return outputs;
            },
-           "inputs"_a)
+           "inputs"_a, "profile"_a.none() = nb::none(),
+           "Runs the program; with a profile, each device adds its op times to it.")
       .def_prop_ro("graph", [](const PyExecutable& e) { return e.graph; })
       .def_prop_ro("program_text", [](const PyExecutable& e) { return e.prepared->describe(*e.graph.graph); },
                    "Every value's sharding, the per-device program and each collective with its reason.")

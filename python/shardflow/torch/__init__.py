@@ -12,12 +12,16 @@ an entry point of the installed package).
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
+import shardflow as sf
+
 from . import _ops, runtime, spmd  # noqa: F401  (registers the custom ops)
+from . import _backend
 from ._backend import backend, compiled_graphs
 
 if "shardflow" not in torch._dynamo.list_backends(exclude_tags=()):
@@ -67,4 +71,19 @@ def explain(fn: Callable, *args: Any, **kwargs: Any) -> Explanation:
     return Explanation(reports, breaks)
 
 
-__all__ = ["backend", "explain", "spmd", "runtime", "Explanation", "GraphReport"]
+@contextlib.contextmanager
+def profile() -> Iterator["sf.OpProfile"]:
+    """Times every compiled graph run inside the block, per device and op kind:
+
+        with shardflow.torch.profile() as p:
+            step(tokens, pos)
+        for op, calls, seconds in p.entries(0): ...
+    """
+    previous, _backend.active_profile = _backend.active_profile, sf.OpProfile()
+    try:
+        yield _backend.active_profile
+    finally:
+        _backend.active_profile = previous
+
+
+__all__ = ["backend", "explain", "profile", "spmd", "runtime", "Explanation", "GraphReport"]

@@ -29,6 +29,8 @@ from . import _lowering, _state
 _graph_ids = itertools.count()
 # Every graph compiled in this process, newest last (explain() reads them).
 compiled_graphs: list["CompiledGraph"] = []
+# When set (shardflow.torch.profile()), every graph run adds its op times here.
+active_profile: sf.OpProfile | None = None
 
 
 @dataclass
@@ -66,7 +68,7 @@ class CompiledGraph:
         inputs = [_state.as_input(a) if isinstance(a, torch.Tensor) else _scalar_input(a) for a in args]
         args.clear()  # the boxed convention: the callee lets go of the inputs
         prepared = self.prepare(inputs)
-        outputs = prepared.executable(inputs + prepared.constants)
+        outputs = prepared.executable(inputs + prepared.constants, active_profile)
         return [torch.from_dlpack(out) for out in outputs]
 
 

@@ -306,19 +306,42 @@ def _identity(lowering: Lowering, node: torch.fx.Node) -> Any:
     return lowering.values[node.args[0]]
 
 
-def _t(lowering: Lowering, node: torch.fx.Node) -> Ref:
+@dataclass(frozen=True)
+class _Transposed:
+    """w.t() of a 2-D weight that only feeds matrix products: not emitted, the
+    products become aten::linear(x, w), which reads w as nn.Linear stores it
+    (a transpose would copy the weight on every call)."""
+
+    weight: Ref
+
+
+def _feeds_only_products(node: torch.fx.Node) -> bool:
+    return all((u.target is torch.ops.aten.mm.default and u.args[1] is node and u.args[0] is not node) or
+               (u.target is torch.ops.aten.addmm.default and u.args[2] is node and node not in u.args[:2]
+                and u.kwargs.get("beta", 1) == 1 and u.kwargs.get("alpha", 1) == 1)
+               for u in node.users)
+
+
+def _t(lowering: Lowering, node: torch.fx.Node) -> Any:
     if _rank(node.args[0]) < 2:
         return lowering.values[node.args[0]]
+    if node.users and _feeds_only_products(node):
+        return _Transposed(lowering.values[node.args[0]])
     return lowering.emit_op(node, "aten::transpose.int", [lowering.values[node.args[0]], 0, 1])
 
 
 def _matmul(lowering: Lowering, node: torch.fx.Node) -> Ref:
-    return lowering.emit_op(node, "aten::matmul", [lowering.values[node.args[0]], lowering.values[node.args[1]]])
+    a, b = lowering.values[node.args[0]], lowering.values[node.args[1]]
+    if isinstance(b, _Transposed):
+        return lowering.emit_op(node, "aten::linear", [a, b.weight])
+    return lowering.emit_op(node, "aten::matmul", [a, b])
 
 
 def _addmm(lowering: Lowering, node: torch.fx.Node) -> Ref:
     bias, a, b = (lowering.values[n] for n in node.args[:3])
     beta, alpha = node.kwargs.get("beta", 1), node.kwargs.get("alpha", 1)
+    if isinstance(b, _Transposed):  # nn.Linear with a bias: linear(x, w, b)
+        return lowering.emit_op(node, "aten::linear", [a, b.weight, bias])
     product = lowering.emit_op(node, "aten::matmul", [a, b], type_text=ir_type(node.meta["val"], node), hint="mm")
     if alpha != 1:
         product = lowering.emit_op(node, "aten::mul.Scalar", [product, alpha], type_text=ir_type(node.meta["val"], node))
