@@ -342,3 +342,18 @@ def test_a_marked_tensor_keeps_its_sharding_when_written_in_place(spmd):
         torch.testing.assert_close(step(torch.ones(3, 6)), torch.ones(3, 6) @ weight.t())
     (graph,) = [g for g in sft.compiled_graphs if g.last is not None][-1:]
     assert "\"('x', 'y')\"" in graph.last.ir  # fed as its shards, annotated in the IR
+
+
+def test_linear_layers_read_their_weights_as_stored(spmd):
+    spmd(1)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4, bias=False)).eval()
+    x = torch.randn(3, 5, 8)
+    (graph,) = sft.explain(model, x).graphs
+    assert graph.ir.count("aten::linear") == 2
+    assert "aten::transpose" not in graph.ir  # no copy of a transposed weight per call
+    with sft.profile() as profile, torch.no_grad():
+        step = compiled(model)
+        torch.testing.assert_close(step(x), model(x), rtol=1e-5, atol=1e-5)
+        step(x)
+    ops = {op: calls for op, calls, _ in profile.entries(0)}
+    assert ops["aten::linear"] == 4 and profile.function_calls == 2
