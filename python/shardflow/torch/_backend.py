@@ -65,14 +65,14 @@ class CompiledGraph:
         return entry
 
     def __call__(self, args: list[Any]) -> list[torch.Tensor]:
-        inputs = [_state.as_input(a) if isinstance(a, torch.Tensor) else _scalar_input(a) for a in args]
+        inputs = [_state.as_input(a) if isinstance(a, torch.Tensor) else _refuse_non_tensor(a) for a in args]
         args.clear()  # the boxed convention: the callee lets go of the inputs
         prepared = self.prepare(inputs)
         outputs = prepared.executable(inputs + prepared.constants, active_profile)
         return [torch.from_dlpack(out) for out in outputs]
 
 
-def _scalar_input(value: Any) -> sf.Tensor:
+def _refuse_non_tensor(value: Any) -> sf.Tensor:
     raise sf.Error(f"a compiled graph got the input {value!r} ({type(value).__name__}); shardflow graphs take "
                    "tensors (Python numbers inside forward are constants; dynamic shapes are not supported)")
 

@@ -16,6 +16,8 @@ annotation applies to the value passed in.
 
 from __future__ import annotations
 
+import ast
+
 import torch
 import torch.fx
 
@@ -39,11 +41,8 @@ def _eager(t: torch.Tensor, device_ids, mesh_shape, axis_names: str, partition_s
 
     if isinstance(device_ids, torch.Tensor):
         device_ids = device_ids.tolist()
-    if isinstance(mesh_shape, str):
-        mesh = spmd.Mesh.from_str(f"{{'device_ids': {list(device_ids)}, 'mesh_shape': {mesh_shape}, "
-                                  f"'axis_names': {axis_names}}}")
-    else:
-        mesh = spmd.Mesh(list(device_ids), tuple(mesh_shape), _literal(axis_names))
+    shape = _literal(mesh_shape) if isinstance(mesh_shape, str) else tuple(mesh_shape)
+    mesh = spmd.Mesh(list(device_ids), shape, _literal(axis_names))
     spec = _literal(partition_spec)
     spmd.mark_sharding(t, mesh, spec)
     result = t.clone()  # a custom op's result may not alias its input
@@ -52,8 +51,7 @@ def _eager(t: torch.Tensor, device_ids, mesh_shape, axis_names: str, partition_s
 
 
 def _literal(text: str):
-    import ast
-
+    """The op's string arguments are Python literals ("(4, 2)", "('x', 'y')", "None")."""
     return ast.literal_eval(text)
 
 
