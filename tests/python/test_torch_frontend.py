@@ -357,3 +357,14 @@ def test_linear_layers_read_their_weights_as_stored(spmd):
         step(x)
     ops = {op: calls for op, calls, _ in profile.entries(0)}
     assert ops["aten::linear"] == 4 and profile.function_calls == 2
+
+
+def test_the_history_of_compiled_graphs_is_bounded():
+    from shardflow.torch._backend import CompiledGraphs
+
+    history = CompiledGraphs(keep=3)
+    for name in "abcde":
+        history.append(name)
+    assert len(history) == 5  # every compile counts
+    assert list(history) == ["c", "d", "e"] and history[-1] == "e"  # only the newest are kept
+    assert history.since(3) == ["d", "e"] and history.since(0) == ["c", "d", "e"] and history.since(5) == []

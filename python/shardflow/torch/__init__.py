@@ -63,7 +63,7 @@ def explain(fn: Callable, *args: Any, **kwargs: Any) -> Explanation:
     with torch.no_grad():
         torch.compile(fn, backend="shardflow")(*args, **kwargs)
     reports = []
-    for graph in compiled_graphs[first:]:
+    for graph in compiled_graphs.since(first):
         if graph.last is not None:
             prepared = graph.last
             reports.append(GraphReport(prepared.ir, prepared.executable.program_text,

@@ -13,6 +13,7 @@ a copy. Outputs come back as torch tensors.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import os
 import pathlib
@@ -27,8 +28,36 @@ import shardflow as sf
 from . import _lowering, _state
 
 _graph_ids = itertools.count()
-# Every graph compiled in this process, newest last (explain() reads them).
-compiled_graphs: list["CompiledGraph"] = []
+class CompiledGraphs:
+    """The graphs this backend compiled, newest last: len() counts all of
+    them; indexing and iteration see the most recent ones only, so that
+    recompiling does not keep every old graph (and its constants) alive."""
+
+    def __init__(self, keep: int = 64):
+        self._recent: collections.deque = collections.deque(maxlen=keep)
+        self._count = 0
+
+    def append(self, graph: "CompiledGraph") -> None:
+        self._recent.append(graph)
+        self._count += 1
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __iter__(self):
+        return iter(list(self._recent))
+
+    def __getitem__(self, index: int) -> "CompiledGraph":
+        return list(self._recent)[index]
+
+    def since(self, count: int) -> list["CompiledGraph"]:
+        """The graphs compiled after the first `count` (those still kept)."""
+        newer = min(self._count - count, len(self._recent))
+        return list(self._recent)[len(self._recent) - newer:] if newer > 0 else []
+
+
+# Every graph compiled in this process (explain() reads them).
+compiled_graphs = CompiledGraphs()
 # When set (shardflow.torch.profile()), every graph run adds its op times here.
 active_profile: sf.OpProfile | None = None
 
