@@ -92,8 +92,9 @@ struct PyRuntime {
 // shards are used as they are, and outputs stay laid out.
 struct PyExecutable {
   PyGraph graph;
-  std::shared_ptr<const PreparedGraph> prepared;
-  GraphRunner* runner = nullptr;
+  std::shared_ptr<const PreparedGraph> prepared;  // null without a runtime
+  GraphRunner* runner = nullptr;                  // null: one device, the interpreter
+  std::shared_ptr<const GraphInterpreter> interpreter;
 
   std::vector<Tensor> call(std::vector<Tensor> inputs, OpProfile* profile = nullptr) const {
     if (graph_runner() != runner) {
@@ -111,7 +112,21 @@ struct PyExecutable {
                                 shape_to_string(inputs[i].shape())));
       }
     }
+    if (runner == nullptr) {  // no runtime: one device, sharded inputs read whole
+      std::vector<DenseTensor> values;
+      for (const Tensor& input : inputs) values.push_back(input.value());
+      std::vector<Tensor> outputs;
+      for (DenseTensor& value : interpreter->run(std::move(values), profile)) outputs.emplace_back(std::move(value));
+      return outputs;
+    }
     return runner->run(*prepared, std::move(inputs), profile);
+  }
+
+  std::string program_text() const {
+    return prepared ? prepared->describe(*graph.graph) : print_graph(*graph.graph);
+  }
+  std::vector<ProgramCollective> collectives() const {
+    return prepared ? prepared->collectives() : std::vector<ProgramCollective>{};
   }
 };
 
@@ -310,11 +325,16 @@ void bind_graph(nb::module_& m) {
            [](PyExecutable* self, const PyGraph& graph, std::vector<std::optional<Sharding>> input_shardings) {
              GraphRunner* runner = graph_runner();
              std::shared_ptr<const PreparedGraph> prepared;
+             std::shared_ptr<const GraphInterpreter> interpreter;
              {
                nb::gil_scoped_release release;
-               prepared = runner->prepare(*graph.graph, input_shardings);
+               if (runner != nullptr) {
+                 prepared = runner->prepare(*graph.graph, input_shardings);
+               } else {
+                 interpreter = std::make_shared<const GraphInterpreter>(*graph.graph);
+               }
              }
-             new (self) PyExecutable{graph, std::move(prepared), runner};
+             new (self) PyExecutable{graph, std::move(prepared), runner, std::move(interpreter)};
            },
            "graph"_a, "input_shardings"_a = std::vector<std::optional<Sharding>>{},
            "input_shardings[i]: the layout input i will come in (None: open, propagation decides).")
@@ -332,9 +352,9 @@ void bind_graph(nb::module_& m) {
            "inputs"_a, "profile"_a.none() = nb::none(),
            "Runs the program; with a profile, each device adds its op times to it.")
       .def_prop_ro("graph", [](const PyExecutable& e) { return e.graph; })
-      .def_prop_ro("program_text", [](const PyExecutable& e) { return e.prepared->describe(*e.graph.graph); },
+      .def_prop_ro("program_text", &PyExecutable::program_text,
                    "Every value's sharding, the per-device program and each collective with its reason.")
-      .def_prop_ro("collectives", [](const PyExecutable& e) { return e.prepared->collectives(); });
+      .def_prop_ro("collectives", &PyExecutable::collectives);
 
   nb::class_<CheckResult>(m, "CheckResult", "A sharded run compared element by element with one device.")
       .def_ro("max_abs_diff", &CheckResult::max_abs_diff)

@@ -368,3 +368,17 @@ def test_the_history_of_compiled_graphs_is_bounded():
     assert len(history) == 5  # every compile counts
     assert list(history) == ["c", "d", "e"] and history[-1] == "e"  # only the newest are kept
     assert history.since(3) == ["d", "e"] and history.since(0) == ["c", "d", "e"] and history.since(5) == []
+
+
+def test_the_backend_runs_without_use_spmd_on_one_device():
+    xr.shutdown()
+    torch._dynamo.reset()
+    model = nn.Sequential(nn.Linear(6, 4), nn.GELU()).eval()
+    x = torch.randn(3, 6)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(model)(x), model(x), rtol=1e-5, atol=1e-5)
+    g = sf.Graph.parse("func @f(%x: f32[3]) -> (f32[3]) {\n  %y = aten::relu(%x) : f32[3]\n  return %y\n}")
+    executable = sf.Executable(g, [None])
+    (y,) = executable([sf.tensor([-1.0, 0.5, 2.0])])
+    assert y.numpy().tolist() == [0.0, 0.5, 2.0] and executable.collectives == []
+    torch._dynamo.reset()
