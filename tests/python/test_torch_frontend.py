@@ -382,3 +382,32 @@ def test_the_backend_runs_without_use_spmd_on_one_device():
     (y,) = executable([sf.tensor([-1.0, 0.5, 2.0])])
     assert y.numpy().tolist() == [0.0, 0.5, 2.0] and executable.collectives == []
     torch._dynamo.reset()
+
+
+class TorchOpsRmsNorm(nn.Module):
+    """RMSNorm written in torch ops, Meta's order (x * rsqrt(...) * w) or Hugging Face's (w * (x * rsqrt(...)))."""
+
+    def __init__(self, dim: int, weight_first: bool):
+        super().__init__()
+        self.weight = nn.Parameter(torch.rand(dim) + 0.5)
+        self.weight_first = weight_first
+
+    def forward(self, x):
+        normed = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5)
+        return self.weight * normed if self.weight_first else normed * self.weight
+
+
+@pytest.mark.parametrize("weight_first", [False, True])
+def test_rms_norm_in_torch_ops_is_one_op(spmd, weight_first):
+    spmd(2)
+    model = nn.Sequential(TorchOpsRmsNorm(8, weight_first), nn.Linear(8, 6, bias=False)).eval()
+    mesh = xs.Mesh([0, 1], (2,), ("model",))
+    xs.mark_sharding(model[1].weight, mesh, ("model", None))
+    x = torch.randn(4, 8)
+    xs.mark_sharding(x, mesh, (None, "model"))
+    (graph,) = sft.explain(model, x).graphs
+    assert graph.ir.count("aten::rms_norm") == 1
+    assert "aten::rsqrt" not in graph.ir and "aten::mean" not in graph.ir
+    assert [c.kind for c in graph.collectives] == ["all-gather"]  # x gathered once for the norm
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(model)(x), model(x), rtol=1e-5, atol=1e-5)

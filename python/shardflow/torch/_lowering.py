@@ -136,8 +136,11 @@ class Lowering:
     values: dict[torch.fx.Node, Any] = field(default_factory=dict)
     schemas: dict[str, str] = field(default_factory=sf.op_schemas)
     constants: list[torch.Tensor] = field(default_factory=list)  # get_attr tensors, fed after the inputs
+    norms: dict[torch.fx.Node, tuple] = field(default_factory=dict)  # RMSNorms written in torch ops
+    absorbed: set[torch.fx.Node] = field(default_factory=set)  # their inner nodes
 
     def run(self, name: str = "main") -> str:
+        self.norms, self.absorbed = find_rms_norms(self.gm.graph)
         params, outputs = [], []
         placeholders = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
         for index, node in enumerate(placeholders):
@@ -198,6 +201,12 @@ class Lowering:
             return self._mark_sharding(node)
         if _only_device_ids(node):
             return None  # computed when the annotation is lowered
+        if node in self.absorbed:
+            return None  # part of an RMSNorm lowered as one op
+        if node in self.norms:
+            x, weight, eps = self.norms[node]
+            size = x.meta["val"].shape[-1]
+            return self.emit_op(node, "aten::rms_norm", [self.values[x], [size], self.values[weight], eps])
         if _complex.is_complex(self, node):
             return _complex.lower(self, node)
         rewrite = REWRITES.get(target)
@@ -263,6 +272,51 @@ class Lowering:
         # `t` read the annotated value.
         self.values[t] = annotated
         return annotated
+
+
+def find_rms_norms(graph: torch.fx.Graph) -> tuple[dict, set]:
+    """RMSNorm as people write it in torch ops (Meta's and Hugging Face's):
+    x * rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight, found as the
+    chain pow -> mean -> add -> rsqrt -> mul -> mul. Each becomes one
+    aten::rms_norm(x, [d], weight, eps): the partitioner then gathers x once
+    for the whole norm instead of reducing a partial mean and gathering the
+    normalised value again before every linear that reads it."""
+    aten = torch.ops.aten
+
+    def only_user(node: torch.fx.Node, target) -> torch.fx.Node | None:
+        users = list(node.users)
+        return users[0] if len(users) == 1 and users[0].target in target else None
+
+    norms, absorbed = {}, set()
+    for power in graph.nodes:
+        if power.target is not aten.pow.Tensor_Scalar or power.args[1] != 2:
+            continue
+        x = power.args[0]
+        value = x.meta.get("val")
+        if not isinstance(value, torch.Tensor) or value.dim() == 0 or value.dtype != torch.float32:
+            continue
+        mean = only_user(power, (aten.mean.dim,))
+        if mean is None or list(mean.args[1]) not in ([-1], [value.dim() - 1]) or not (
+                mean.args[2] if len(mean.args) > 2 else mean.kwargs.get("keepdim", False)) or mean.kwargs.get("dtype"):
+            continue
+        shifted = only_user(mean, (aten.add.Scalar, aten.add.Tensor))
+        if shifted is None or shifted.args[0] is not mean or not isinstance(shifted.args[1], float) or shifted.kwargs:
+            continue
+        inverse = only_user(shifted, (aten.rsqrt.default,))
+        scaled = only_user(inverse, (aten.mul.Tensor,)) if inverse is not None else None
+        if scaled is None or {scaled.args[0], scaled.args[1]} != {x, inverse}:
+            continue
+        out = only_user(scaled, (aten.mul.Tensor,))
+        if out is None:
+            continue
+        weight = out.args[1] if out.args[0] is scaled else out.args[0]
+        weight_value = weight.meta.get("val") if isinstance(weight, torch.fx.Node) else None
+        if (not isinstance(weight_value, torch.Tensor) or list(weight_value.shape) != [value.shape[-1]] or
+                weight_value.dtype != torch.float32):
+            continue
+        norms[out] = (x, weight, shifted.args[1])
+        absorbed.update((power, mean, shifted, inverse, scaled))
+    return norms, absorbed
 
 
 def _only_device_ids(node: torch.fx.Node) -> bool:
