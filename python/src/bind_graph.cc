@@ -133,7 +133,6 @@ struct PyExecutable {
 struct RunResult {
   std::vector<DenseTensor> outputs;
   std::optional<CheckResult> check;
-  std::string check_error;
 };
 
 }  // namespace
@@ -201,7 +200,7 @@ static RunResult run(const PyProgram& p, std::optional<std::vector<InputArray>> 
     std::vector<std::vector<float>> expected;
     for (const DenseTensor& value : run_graph(graph, inputs)) expected.push_back(floats_of(value));
     result.check = compare_with_reference(graph, got, expected);
-    result.check_error = result.check->error_message(graph, devices);
+    if (!result.check->within()) throw Error(result.check->error_message(graph, devices));
   }
   return result;
 }
@@ -370,9 +369,7 @@ void bind_graph(nb::module_& m) {
           const PyProgram program = nb::isinstance<PyProgram>(target)
                                         ? nb::cast<PyProgram>(target)
                                         : partition(nb::cast<PyGraph>(target), std::nullopt);
-          RunResult result = run(program, std::move(inputs), seed, check, runtime);
-          if (check && !result.check->within()) throw Error(result.check_error);
-          return result;
+          return run(program, std::move(inputs), seed, check, runtime);
         },
         "program"_a, "inputs"_a.none() = nb::none(), "seed"_a = 0, "check"_a = false, "runtime"_a.none() = nb::none(),
         nb::sig("def run(program: Program | Graph, inputs: typing.Sequence[typing.Any] | None = None, seed: int = 0, "

@@ -48,11 +48,6 @@ class DenseTensor {
   // interpreter hands over an intermediate at its last use that way, so an
   // update of a donated buffer (a KV cache) needs no copy.
   bool is_sole_owner() const { return buffer_ != nullptr && !borrowed_ && buffer_.use_count() == 1; }
-  // The memory belongs to another library (borrow()).
-  bool is_borrowed() const { return borrowed_; }
-  // Keeps the buffer alive while `holder` exists (hands it to another
-  // library without a copy).
-  const std::shared_ptr<std::byte>& buffer() const { return buffer_; }
 
  private:
   DType dtype_ = DType::kF32;

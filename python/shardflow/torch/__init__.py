@@ -53,9 +53,11 @@ class Explanation:
 
 
 def explain(fn: Callable, *args: Any, **kwargs: Any) -> Explanation:
-    """Compiles ``fn`` with the shardflow backend, runs it once on the
-    arguments, and reports each graph: the IR, the per-device program, and
-    every collective with its kind, axes, bytes and reason."""
+    """Compiles ``fn`` with the shardflow backend, runs it on the arguments,
+    and reports each graph: the IR, the per-device program, and every
+    collective with its kind, axes, bytes and reason. ``fn`` runs twice:
+    under ``torch._dynamo.explain`` (which counts graphs and breaks) and
+    compiled, so state it updates in place is updated twice."""
     torch._dynamo.reset()
     breaks = torch._dynamo.explain(fn)(*args, **kwargs).graph_break_count
     torch._dynamo.reset()
