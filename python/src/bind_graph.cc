@@ -115,6 +115,7 @@ struct PyExecutable {
     if (runner == nullptr) {  // no runtime: one device, sharded inputs read whole
       std::vector<DenseTensor> values;
       for (const Tensor& input : inputs) values.push_back(input.value());
+      inputs.clear();  // a donated buffer is then held by `values` alone
       std::vector<Tensor> outputs;
       for (DenseTensor& value : interpreter->run(std::move(values), profile)) outputs.emplace_back(std::move(value));
       return outputs;
@@ -338,7 +339,15 @@ void bind_graph(nb::module_& m) {
            "graph"_a, "input_shardings"_a = std::vector<std::optional<Sharding>>{},
            "input_shardings[i]: the layout input i will come in (None: open, propagation decides).")
       .def("__call__",
-           [](const PyExecutable& e, std::vector<Tensor> inputs, std::shared_ptr<OpProfile> profile) {
+           [](const PyExecutable& e, std::vector<Tensor> inputs, std::shared_ptr<OpProfile> profile,
+              const std::vector<std::size_t>& donate) {
+             for (std::size_t position : donate) {
+               if (position >= inputs.size()) {
+                 throw Error(fmt::format("donate: position {} is past the {} input(s)", position, inputs.size()));
+               }
+               Tensor taken = shardflow::donate(inputs[position], "graph @" + e.graph.graph->name());
+               if (taken.defined()) inputs[position] = std::move(taken);  // the buffers' only holder now
+             }
              nb::gil_scoped_release release;
              const auto started = std::chrono::steady_clock::now();
              std::vector<Tensor> outputs = e.call(std::move(inputs), profile.get());
@@ -348,8 +357,12 @@ void bind_graph(nb::module_& m) {
              }
              return outputs;
            },
-           "inputs"_a, "profile"_a.none() = nb::none(),
-           "Runs the program; with a profile, each device adds its op times to it.")
+           "inputs"_a, "profile"_a.none() = nb::none(), "donate"_a = std::vector<std::size_t>{},
+           "Runs the program; with a profile, each device adds its op times to it.\n"
+           "donate: positions of inputs whose buffers (shards, or value) move into the run (jax's\n"
+           "donate_argnums), so the program may update them in place (a KV cache written with index_copy);\n"
+           "those Tensors are used up, and any later use of them raises. Tensors viewing another library's\n"
+           "memory (from_dlpack) are left alone.")
       .def_prop_ro("graph", [](const PyExecutable& e) { return e.graph; })
       .def_prop_ro("program_text", &PyExecutable::program_text,
                    "Every value's sharding, the per-device program and each collective with its reason.")

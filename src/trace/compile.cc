@@ -178,20 +178,6 @@ void CompiledFunction::donate_inputs(std::vector<std::size_t> positions) {
 
 namespace {
 
-// A donated, laid-out input whose handle is its only one: its shards move to
-// a new tensor that the run will hold alone, and the handle is marked
-// donated. Null (nothing taken) otherwise.
-std::shared_ptr<TensorImpl> take_shards(const std::shared_ptr<TensorImpl>& impl, const std::string& function) {
-  if (impl.use_count() != 1 || !impl->is_concrete() || !impl->sharding || impl->shards.empty()) return nullptr;
-  auto taken = std::make_shared<TensorImpl>();
-  taken->type = impl->type;
-  taken->sharding = impl->sharding;
-  taken->layout = impl->layout;
-  taken->shards = std::exchange(impl->shards, {});
-  impl->donated_to = function;
-  return taken;
-}
-
 // The graph's inputs for the runner: the explicit ones, then the captured.
 std::vector<Tensor> runner_inputs(const CacheEntry& entry, const std::vector<Tensor>& inputs,
                                   const std::vector<std::shared_ptr<TensorImpl>>& captured) {
@@ -227,7 +213,10 @@ std::vector<Tensor> CompiledFunction::call(const std::vector<Tensor>& inputs) {
   if (GraphRunner* runner = graph_runner()) {
     std::vector<std::shared_ptr<TensorImpl>> taken(inputs.size());
     for (std::size_t i = 0; i < inputs.size(); ++i) {
-      if (state_->is_donated(i)) taken[i] = take_shards(inputs[i].impl(), state_->name);
+      // Only a handle that is the tensor's last one is donated here.
+      if (state_->is_donated(i) && inputs[i].impl().use_count() == 1) {
+        taken[i] = donate(inputs[i], state_->name).impl();
+      }
     }
     std::vector<Tensor> all_inputs = runner_inputs(*entry, inputs, captured);
     for (std::size_t i = 0; i < inputs.size(); ++i) {
@@ -308,5 +297,23 @@ void CompiledFunction::save_graph(const std::filesystem::path& path) const {
 const CompileStats& CompiledFunction::stats() const { return state_->stats; }
 
 void CompiledFunction::set_profile(std::shared_ptr<OpProfile> profile) { state_->profile = std::move(profile); }
+
+Tensor donate(const Tensor& tensor, const std::string& to) {
+  const std::shared_ptr<TensorImpl>& impl = tensor.impl();
+  if (!impl || !impl->is_concrete() || !impl->donated_to.empty()) return Tensor();
+  auto taken = std::make_shared<TensorImpl>();
+  taken->type = impl->type;
+  if (impl->sharding && !impl->shards.empty()) {
+    taken->sharding = impl->sharding;
+    taken->layout = impl->layout;
+    taken->shards = std::exchange(impl->shards, {});
+  } else if (impl->value && !impl->value->is_borrowed()) {
+    taken->value = std::exchange(impl->value, std::nullopt);
+  } else {
+    return Tensor();  // nothing of its own to give (another library's memory)
+  }
+  impl->donated_to = to;
+  return Tensor(std::move(taken));
+}
 
 }  // namespace shardflow

@@ -48,6 +48,8 @@ class DenseTensor {
   // interpreter hands over an intermediate at its last use that way, so an
   // update of a donated buffer (a KV cache) needs no copy.
   bool is_sole_owner() const { return buffer_ != nullptr && !borrowed_ && buffer_.use_count() == 1; }
+  // Views memory another library owns (borrow()).
+  bool is_borrowed() const { return borrowed_; }
 
  private:
   DType dtype_ = DType::kF32;

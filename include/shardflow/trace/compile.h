@@ -270,4 +270,11 @@ const Graph& compiled_graph(const Compiled<F>& fn) {
   return fn.graph();
 }
 
+// Moves a tensor's buffers (its shards when laid out, else its value) into a
+// new handle, so that a run fed that handle alone may update them in place
+// (a donated KV cache). `tensor` is used up: any later use of it is an error
+// naming `to`. An undefined Tensor (nothing taken) when `tensor` has no
+// buffers of its own (shape-only, traced, or viewing another library's memory).
+Tensor donate(const Tensor& tensor, const std::string& to);
+
 }  // namespace shardflow

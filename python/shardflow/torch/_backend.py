@@ -1,7 +1,7 @@
 """The ``torch.compile`` backend ``"shardflow"``.
 
-Dynamo's FX graph goes through AOTAutograd (a functional aten graph; input
-mutations become outputs that AOTAutograd writes back), is lowered to
+Dynamo's FX graph goes through AOTAutograd (a functional aten graph whose
+writes to inputs stay in it, see ``_mutation``), is lowered to
 shardflow IR (``_lowering``), and runs on the current runtime's devices:
 propagated, partitioned and executed by shardflow. Inputs laid out eagerly by
 ``xs.mark_sharding`` are fed as their shards; other inputs are viewed without
@@ -25,7 +25,7 @@ from torch._dynamo.backends.common import aot_autograd
 
 import shardflow as sf
 
-from . import _lowering, _state
+from . import _lowering, _mutation, _state
 
 _graph_ids = itertools.count()
 class CompiledGraphs:
@@ -67,6 +67,9 @@ class Prepared:
     ir: str
     executable: sf.Executable
     constants: list[sf.Tensor]  # the graph's tensor constants, fed after its inputs
+    num_user_outputs: int  # the function's outputs; the written inputs' outputs follow
+    mutations: list[_mutation.Mutation]  # the inputs the graph writes in place
+    donate: list[int]  # written inputs laid out as shards: their shards move into the run
 
 
 @dataclass
@@ -75,30 +78,45 @@ class CompiledGraph:
 
     gm: torch.fx.GraphModule
     name: str
+    written: frozenset[int] = frozenset()  # the inputs the graph writes in place (copy_ into them)
     prepared: dict[tuple, Prepared] = field(default_factory=dict)
     last: Prepared | None = None
     _boxed_call = True  # AOTAutograd passes the inputs as one list
 
-    def prepare(self, inputs: list[sf.Tensor]) -> Prepared:
-        shardings = [t.sharding for t in inputs]
+    def prepare(self, shardings: list[sf.Sharding | None]) -> Prepared:
         key = (sf._core._runner_id(), tuple(None if s is None else (s.v1, str(s.mesh)) for s in shardings))
         entry = self.prepared.get(key)
         if entry is None:
-            ir, constants = _lowering.lower(self.gm, shardings, self.name)
-            _dump(self.name, ir)
-            graph = sf.Graph.parse(ir)
-            constant_inputs = [_state.to_shardflow(c) for c in constants]
-            entry = self.prepared[key] = Prepared(ir, sf.Executable(graph, shardings + [None] * len(constants)),
-                                                  constant_inputs)
+            lowering = _lowering.lower(self.gm, shardings, self.name)
+            _dump(self.name, lowering.ir)
+            graph = sf.Graph.parse(lowering.ir)
+            constant_inputs = [_state.to_shardflow(c) for c in lowering.constants]
+            donate = [m.input_index for m in lowering.mutations if m.state_output is not None]
+            entry = self.prepared[key] = Prepared(
+                lowering.ir, sf.Executable(graph, shardings + [None] * len(constant_inputs)), constant_inputs,
+                lowering.num_user_outputs, lowering.mutations, donate)
         self.last = entry
         return entry
 
     def __call__(self, args: list[Any]) -> list[torch.Tensor]:
-        inputs = [_state.as_input(a) if isinstance(a, torch.Tensor) else _refuse_non_tensor(a) for a in args]
+        inputs, shardings = zip(*(_state.as_input(a, i in self.written) if isinstance(a, torch.Tensor)
+                                  else _refuse_non_tensor(a) for i, a in enumerate(args))) if args else ((), ())
+        prepared = self.prepare(list(shardings))
+        written = [args[m.input_index] for m in prepared.mutations]
         args.clear()  # the boxed convention: the callee lets go of the inputs
-        prepared = self.prepare(inputs)
-        outputs = prepared.executable(inputs + prepared.constants, active_profile)
-        return [torch.from_dlpack(out) for out in outputs]
+        try:
+            outputs = prepared.executable([*inputs, *prepared.constants], active_profile, prepared.donate)
+        except BaseException:
+            for tensor in written:  # donated shards may be gone: lay the (unchanged) tensor out again
+                _state.invalidate(tensor)
+            raise
+        del inputs
+        results = [torch.from_dlpack(out) for out in outputs[:prepared.num_user_outputs]]
+        for mutation, tensor in zip(prepared.mutations, written):
+            mutation.apply(tensor, lambda i: torch.from_dlpack(outputs[i]))
+            if mutation.state_output is not None:
+                _state.set_sharded(tensor, outputs[mutation.state_output], shardings[mutation.input_index])
+        return results
 
 
 def _refuse_non_tensor(value: Any) -> sf.Tensor:
@@ -116,7 +134,10 @@ def _dump(name: str, ir: str) -> None:
 
 def _forward_compiler(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> CompiledGraph:
     del example_inputs  # shapes come from the graph's metadata; layouts from the first call
-    graph = CompiledGraph(gm, f"graph_{next(_graph_ids)}")
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    written = frozenset(placeholders.index(n.args[0]) for n in gm.graph.nodes
+                        if n.target is torch.ops.aten.copy_.default and n.args[0] in placeholders)
+    graph = CompiledGraph(gm, f"graph_{next(_graph_ids)}", written)
     compiled_graphs.append(graph)
     return graph
 
@@ -126,4 +147,8 @@ def _backward_compiler(gm: torch.fx.GraphModule, example_inputs: list[Any]):
                    "torch.inference_mode() (training is not supported)")
 
 
-backend = aot_autograd(fw_compiler=_forward_compiler, bw_compiler=_backward_compiler)
+# keep_inference_input_mutations: writes to inputs stay in the graph (as
+# copy_ at its end) for shardflow to apply, instead of AOTAutograd copying
+# every written input back whole after each call.
+backend = aot_autograd(fw_compiler=_forward_compiler, bw_compiler=_backward_compiler,
+                       keep_inference_input_mutations=True)

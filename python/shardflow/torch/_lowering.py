@@ -23,7 +23,7 @@ import torch.fx
 
 import shardflow as sf
 
-from . import _complex, _ops
+from . import _complex, _mutation, _ops
 
 DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16", torch.int64: "i64",
           torch.int32: "i32", torch.bool: "bool"}
@@ -138,6 +138,9 @@ class Lowering:
     constants: list[torch.Tensor] = field(default_factory=list)  # get_attr tensors, fed after the inputs
     norms: dict[torch.fx.Node, tuple] = field(default_factory=dict)  # RMSNorms written in torch ops
     absorbed: set[torch.fx.Node] = field(default_factory=set)  # their inner nodes
+    mutations: list[_mutation.Mutation] = field(default_factory=list)  # inputs the graph writes, in output order
+    num_user_outputs: int = 0  # the function's own outputs come first; the mutations' after
+    ir: str = ""  # the IR text, once run
 
     def run(self, name: str = "main") -> str:
         self.norms, self.absorbed = find_rms_norms(self.gm.graph)
@@ -173,6 +176,9 @@ class Lowering:
                     if not isinstance(out, torch.fx.Node):
                         raise LoweringError(f"graph output {out!r} is not a tensor computed by the graph")
                     outputs.append((self.values[out], ir_type(out.meta.get("val"), out)))
+                self.num_user_outputs = len(outputs)
+                for mutation in self.mutations:
+                    self._mutation_outputs(mutation, placeholders, outputs)
         header = (f"func @{name}({', '.join(params)}) -> ({', '.join(t for _, t in outputs)}) {{")
         footer = f"  return {', '.join(r.name for r, _ in outputs)}\n}}\n"
         return "\n".join([header, *self.emit.lines, footer])
@@ -199,6 +205,8 @@ class Lowering:
             return self.values[node.args[0]][node.args[1]]
         if target in _ops.ANNOTATIONS:
             return self._mark_sharding(node)
+        if target is torch.ops.aten.copy_.default:
+            return self._input_mutation(node)
         if _only_device_ids(node):
             return None  # computed when the annotation is lowered
         if node in self.absorbed:
@@ -248,6 +256,42 @@ class Lowering:
         """An extra IR node for a rewrite (its own name unless it is the node's result)."""
         result = self.emit.fresh(hint or node.name) if type_text is not None else Ref(f"%{node.name}")
         return self.emit.op(result, op, args, kwargs or {}, type_text or ir_type(node.meta.get("val"), node))
+
+    # -- inputs written in place ---------------------------------------------
+
+    def _input_mutation(self, node: torch.fx.Node) -> None:
+        """copy_(input, new_value) at the end of the graph: the function wrote the input."""
+        target, new_value = node.args[:2]
+        placeholders = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
+        if target not in placeholders or not isinstance(new_value, torch.fx.Node):
+            raise LoweringError(f"{node.format_node()}: shardflow handles in-place writes of the compiled "
+                                f"function's inputs only (at {source_line(node)})")
+        if target.meta["val"].is_complex():
+            raise LoweringError(f"the complex input {target.name} is written in place; shardflow does not "
+                                f"support that (at {source_line(node)})")
+        self.mutations.append(_mutation.Mutation(placeholders.index(target), target, new_value,
+                                                 _mutation.host_writes(new_value, target)))
+
+    def _mutation_outputs(self, mutation: _mutation.Mutation, placeholders: list, outputs: list) -> None:
+        """The outputs one written input needs: its new value laid out like the input (when the input
+        came in laid out: the next call's shards), and the operands of its writes (or the whole value)."""
+        def add(ref: Ref, node: torch.fx.Node) -> int:
+            outputs.append((ref, ir_type(node.meta.get("val"), node)))
+            return len(outputs) - 1
+
+        new_ref = self._arg(mutation.new_value)
+        sharding = self.annotate_inputs[mutation.input_index] if mutation.input_index < len(self.annotate_inputs) else None
+        if sharding is not None:
+            mutation.state_output = add(self._annotation(new_ref, sharding, mutation.new_value), mutation.new_value)
+        if mutation.writes is None:
+            if mutation.state_output is None:
+                mutation.whole_output = add(new_ref, mutation.new_value)
+            return
+        mutation.operand_outputs = {}
+        for write in mutation.writes:
+            for operand in write.operands:
+                if operand is not None and operand not in mutation.operand_outputs:
+                    mutation.operand_outputs[operand] = add(self._arg(operand), operand)
 
     # -- annotations ---------------------------------------------------------
 
@@ -510,7 +554,104 @@ def _split(lowering: Lowering, node: torch.fx.Node) -> list[Ref]:
     return pieces
 
 
+def _positions(lowering: Lowering, node: torch.fx.Node, start: int, end: int, step: int) -> Ref:
+    """The i64 positions start, start + step, ... below end, as a graph value."""
+    count = max(0, -(-(end - start) // step))
+    return lowering.emit_op(node, "aten::arange.start_step", [start, start + count * step, step],
+                            {"dtype": torch.int64}, type_text=f"i64[{count}]", hint="positions")
+
+
+def _clamped_slice(node: torch.fx.Node, size: int) -> tuple[int, int, int, int]:
+    dim, start, end, step = _mutation._view_params(node.target, node.args[2:], lambda d: size)
+    if step <= 0:
+        raise LoweringError(f"slice_scatter with step {step} (at {source_line(node)}): steps must be positive")
+    start, end = (max(0, min(size, v + size if v < 0 else v)) for v in (start, end))
+    return dim, start, max(start, end), step
+
+
+def _slice_scatter(lowering: Lowering, node: torch.fx.Node) -> Ref:
+    """t[..., a:b:s] = src: an index_copy of src at the positions a, a+s, ..."""
+    self_node, src = node.args[:2]
+    rank = _rank(self_node)
+    dim = node.args[2] if len(node.args) > 2 else 0
+    dim, start, end, step = _clamped_slice(node, self_node.meta["val"].shape[dim % rank])
+    positions = _positions(lowering, node, start, end, step)
+    return lowering.emit_op(node, "aten::index_copy", [lowering.values[self_node], dim % rank, positions,
+                                                       lowering.values[src]])
+
+
+def _select_scatter(lowering: Lowering, node: torch.fx.Node) -> Ref:
+    """t[..., i] = src: an index_copy of src (with dim i restored) at position i."""
+    self_node, src, dim, index = node.args[:4]
+    shape = self_node.meta["val"].shape
+    dim %= len(shape)
+    if not -shape[dim] <= index < shape[dim]:
+        raise LoweringError(f"select_scatter: index {index} is out of range for dimension {dim} of size {shape[dim]} "
+                            f"(at {source_line(node)})")
+    index %= shape[dim]
+    positions = _positions(lowering, node, index, index + 1, 1)
+    rows = list(src.meta["val"].shape)
+    rows.insert(dim, 1)
+    unsqueezed = lowering.emit_op(node, "aten::unsqueeze", [lowering.values[src], dim],
+                                  type_text=f"{DTYPES[src.meta['val'].dtype]}[{','.join(map(str, rows))}]",
+                                  hint="row")
+    return lowering.emit_op(node, "aten::index_copy", [lowering.values[self_node], dim, positions, unsqueezed])
+
+
+def _index_put(lowering: Lowering, node: torch.fx.Node) -> Ref:
+    """t[:, ..., idx] = values with one 1-D integer index tensor (a cache
+    written at tensor positions): an index_copy of the values broadcast to
+    the rows. Negative positions count from the end, as in PyTorch."""
+    self_node, indices, values = node.args[:3]
+    accumulate = node.args[3] if len(node.args) > 3 else node.kwargs.get("accumulate", False)
+    given = [(d, i) for d, i in enumerate(indices) if i is not None]
+    index_value = given[0][1].meta.get("val") if len(given) == 1 else None
+    if (accumulate or len(given) != 1 or not isinstance(index_value, torch.Tensor) or index_value.dim() != 1
+            or index_value.dtype not in (torch.int64, torch.int32)):
+        raise LoweringError(
+            f"{node.format_node()}: shardflow writes t[..., idx] = v with one 1-D integer index tensor and no "
+            f"accumulate (at {source_line(node)}); boolean masks, several index tensors and index_put_(..., "
+            "accumulate=True) are not supported")
+    dim, index = given[0]
+    shape = list(self_node.meta["val"].shape)
+    size = shape[dim]
+    count = index_value.shape[0]
+    positions = lowering.values[index]
+    if index_value.dtype != torch.int64:
+        positions = lowering.emit_op(node, "aten::to.dtype", [positions, torch.int64], type_text=f"i64[{count}]",
+                                     hint="positions")
+    negative = lowering.emit_op(node, "aten::lt.Scalar", [positions, 0], type_text=f"bool[{count}]", hint="negative")
+    wrapped = lowering.emit_op(node, "aten::add.Scalar", [positions, size], type_text=f"i64[{count}]", hint="wrapped")
+    positions = lowering.emit_op(node, "aten::where.self", [negative, wrapped, positions], type_text=f"i64[{count}]",
+                                 hint="positions")
+    rows = shape[:dim] + [count] + shape[dim + 1:]
+    dtype = DTYPES[node.meta["val"].dtype]
+    source = lowering.values[values]
+    if list(values.meta["val"].shape) != rows:
+        source = lowering.emit_op(node, "aten::expand", [source, rows],
+                                  type_text=f"{dtype}[{','.join(map(str, rows))}]", hint="rows")
+    return lowering.emit_op(node, "aten::index_copy", [lowering.values[self_node], dim, positions, source])
+
+
+def _copy(lowering: Lowering, node: torch.fx.Node) -> Ref:
+    """copy(t, src): src converted to t's dtype and broadcast to its shape (t's values are not read)."""
+    self_node, src = node.args[:2]
+    value = node.meta["val"]
+    source = lowering.values[src]
+    src_value = src.meta["val"]
+    if src_value.dtype != value.dtype:
+        source = lowering.emit_op(node, "aten::to.dtype", [source, value.dtype],
+                                  type_text=ir_type(src_value.to(value.dtype), node), hint="converted")
+    if list(src_value.shape) == list(value.shape):
+        return source
+    return lowering.emit_op(node, "aten::expand", [source, list(value.shape)])
+
+
 REWRITES: dict[Any, Callable[[Lowering, torch.fx.Node], Any]] = {
+    torch.ops.aten.slice_scatter.default: _slice_scatter,
+    torch.ops.aten.select_scatter.default: _select_scatter,
+    torch.ops.aten.index_put.default: _index_put,
+    torch.ops.aten.copy.default: _copy,
     torch.ops.aten.t.default: _t,
     torch.ops.aten.mm.default: _matmul,
     torch.ops.aten.bmm.default: _matmul,
@@ -538,8 +679,9 @@ REWRITES: dict[Any, Callable[[Lowering, torch.fx.Node], Any]] = {
 
 
 def lower(gm: torch.fx.GraphModule, input_shardings: list[sf.Sharding | None],
-          name: str = "main") -> tuple[str, list[torch.Tensor]]:
-    """The IR text of an AOTAutograd forward graph, and the tensor constants
-    its inputs end with."""
+          name: str = "main") -> Lowering:
+    """An AOTAutograd forward graph lowered: its IR text (`ir`), the tensor
+    constants its inputs end with, and the inputs it writes in place."""
     lowering = Lowering(gm, input_shardings)
-    return lowering.run(name), lowering.constants
+    lowering.ir = lowering.run(name)
+    return lowering

@@ -172,8 +172,7 @@ def clear_sharding(t: torch.Tensor) -> torch.Tensor:
 
 def get_sharding(t: torch.Tensor) -> sf.Sharding | None:
     """The sharding ``t`` was laid out with eagerly, or None."""
-    laid_out = _state.sharded(t)
-    return None if laid_out is None else laid_out.sharding
+    return _state.sharding_of(t)
 
 
 def visualize_tensor_sharding(t: torch.Tensor, use_color: bool = False) -> str:

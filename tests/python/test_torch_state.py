@@ -1,0 +1,180 @@
+"""State a compiled function writes in place (a KV cache): the torch tensor
+holds the same values as under eager PyTorch after every call, while a
+marked tensor's shards stay laid out on the devices and are updated there."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+import torch.nn as nn
+
+import shardflow as sf
+import shardflow.torch as sft
+import shardflow.torch.runtime as xr
+import shardflow.torch.spmd as xs
+from shardflow.torch import _state
+
+
+@pytest.fixture
+def spmd():
+    def start(n: int) -> sf.Runtime:
+        xr.shutdown()
+        torch._dynamo.reset()
+        return xr.use_spmd(devices=n)
+
+    yield start
+    xr.shutdown()
+    torch._dynamo.reset()
+
+
+# Each writes rows `x` [B, 1, D] at position `pos` (a 1-element i64 tensor)
+# into `cache` [B, S, D], as people write a cache update.
+WRITES = {
+    "index_copy_": lambda cache, x, pos: cache.index_copy_(1, pos, x),
+    "setitem_tensor_position": lambda cache, x, pos: cache.__setitem__((slice(None), pos), x),
+    "setitem_int_position": lambda cache, x, pos: cache.__setitem__((slice(None), 2), x[:, 0] * 2),
+    "setitem_nested_slices": lambda cache, x, pos: cache[:1].__setitem__((slice(None), slice(3, 5)), x[:1] + 1),
+    "setitem_strided_slice": lambda cache, x, pos: cache.__setitem__((slice(None), slice(0, 6, 3)), x - 1),
+    "negative_tensor_position": lambda cache, x, pos: cache.__setitem__((slice(None), pos - 6), x),
+    "scaled_whole": lambda cache, x, pos: cache.mul_(0.5),
+    "copied_whole": lambda cache, x, pos: cache.copy_(cache + x),
+}
+
+
+class CacheStep(nn.Module):
+    def __init__(self, writes: list[str], shape=(2, 6, 4)):
+        super().__init__()
+        self.register_buffer("cache", torch.zeros(shape))
+        self.writes = writes
+
+    def forward(self, x, pos):
+        for name in self.writes:
+            WRITES[name](self.cache, x, pos)
+        return self.cache.sum(1) * x[:, 0]
+
+
+def run_steps(model: CacheStep, step, positions) -> list[torch.Tensor]:
+    """Outputs of `step` at each position, each followed by a snapshot of the cache."""
+    outputs = []
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in positions:
+            x = torch.randn(model.cache.shape[0], 1, model.cache.shape[2], generator=generator)
+            outputs += [step(x, torch.tensor([p])), model.cache.clone()]
+    return outputs
+
+
+def compare(writes: list[str], spec, devices: int, mesh_shape, positions=(1, 4, 0, 5)) -> CacheStep:
+    eager = CacheStep(writes)
+    expected = run_steps(eager, eager, positions)
+    model = CacheStep(writes)
+    if spec is not None:
+        xs.mark_sharding(model.cache, xs.Mesh(range(devices), mesh_shape, ("x", "y")[:len(mesh_shape)]), spec)
+    got = run_steps(model, torch.compile(model, backend="shardflow"), positions)
+    for i, (g, e) in enumerate(zip(got, expected)):
+        torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5, msg=lambda m: f"output {i}: {m}")
+    return model
+
+
+@pytest.mark.parametrize("write", sorted(WRITES))
+@pytest.mark.parametrize("spec", [None, (None, "x", "y"), ("x", None, "y"), ("y", "x", None)])
+def test_writes_to_a_cache_match_eager_pytorch(spmd, write, spec):
+    spmd(4)
+    compare([write], spec, 4, (2, 2))
+
+
+def test_several_writes_in_one_call_on_an_uneven_sharded_dim(spmd):
+    spmd(4)  # 6 positions over 4 devices: the last shard is padded
+    compare(["index_copy_", "setitem_nested_slices", "setitem_int_position", "negative_tensor_position"],
+            (None, "x", None), 4, (4,))
+
+
+def test_random_write_sequences_on_random_meshes_match_eager(spmd):
+    rng = random.Random(7)
+    for devices in (1, 2, 3, 6, 8):
+        spmd(devices)
+        for _ in range(4):
+            shape = rng.choice([(devices,), (1, devices), (2, devices // 2) if devices % 2 == 0 else (devices, 1)])
+            names = ("x", "y")[:len(shape)]
+            spec = tuple(rng.choice([None, *names]) for _ in range(3))
+            if len({a for a in spec if a}) != len([a for a in spec if a]):
+                spec = (None, names[0], None)
+            writes = rng.sample(sorted(WRITES), rng.randint(1, 3))
+            torch._dynamo.reset()
+            compare(writes, spec, devices, shape, positions=[rng.randrange(6) for _ in range(3)])
+
+
+def test_a_marked_cache_stays_laid_out_and_is_updated_in_place(spmd, monkeypatch):
+    spmd(4)
+    model = CacheStep(["index_copy_"])
+    mesh = xs.Mesh(range(4), (2, 2), ("x", "y"))
+    xs.mark_sharding(model.cache, mesh, ("x", "y", None))
+    layouts = []
+    real = _state.sf.mark_sharding
+    monkeypatch.setattr(_state.sf, "mark_sharding", lambda *a, **k: layouts.append(a) or real(*a, **k))
+    step = torch.compile(model, backend="shardflow")
+    with torch.no_grad():
+        step(torch.ones(2, 1, 4), torch.tensor([0]))
+        for p in range(1, 5):
+            before = _state.sharded(model.cache)
+            step(torch.full((2, 1, 4), float(p)), torch.tensor([p]))
+            with pytest.raises(sf.Error, match="donated"):
+                before.numpy()  # its shards moved into the run, which wrote them in place
+    assert layouts == []  # never laid out again from the torch tensor
+    shards = _state.sharded(model.cache)
+    assert shards.sharding.v1 == xs.get_sharding(model.cache).v1 == "{devices=[2,2,1]0,1,2,3}"
+    torch.testing.assert_close(torch.from_dlpack(shards), model.cache)
+    assert model.cache[0, :5, 0].tolist() == [1.0, 1.0, 2.0, 3.0, 4.0]
+
+
+def test_an_eager_write_between_calls_is_seen_by_the_next_call(spmd):
+    spmd(2)
+    model = CacheStep(["index_copy_"])
+    xs.mark_sharding(model.cache, xs.Mesh(range(2), (2,), ("x",)), (None, "x", None))
+    step = torch.compile(model, backend="shardflow")
+    with torch.no_grad():
+        step(torch.ones(2, 1, 4), torch.tensor([1]))
+        model.cache.fill_(3.0)
+        out = step(torch.ones(2, 1, 4), torch.tensor([2]))
+    assert model.cache[:, :, 0].tolist() == [[3, 3, 1, 3, 3, 3]] * 2
+    torch.testing.assert_close(out, torch.full((2, 4), 16.0))
+
+
+def test_a_failed_call_leaves_the_cache_as_it_was(spmd):
+    spmd(2)
+    model = CacheStep(["index_copy_"])
+    xs.mark_sharding(model.cache, xs.Mesh(range(2), (2,), ("x",)), ("x", None, None))
+    step = torch.compile(model, backend="shardflow")
+    with torch.no_grad():
+        step(torch.ones(2, 1, 4), torch.tensor([1]))
+        with pytest.raises(sf.Error, match="index 9 is out of bounds for dimension 1 with size 6"):
+            step(torch.ones(2, 1, 4), torch.tensor([9]))
+        step(torch.full((2, 1, 4), 2.0), torch.tensor([3]))
+    assert model.cache[:, :, 0].tolist() == [[0, 1, 0, 2, 0, 0]] * 2
+    assert xs.get_sharding(model.cache).v1 == "{devices=[2,1,1]0,1}"
+
+
+def test_writes_that_are_not_supported_name_the_line(spmd):
+    spmd(1)
+
+    def masked(cache, x):
+        cache[cache > 0] = 1.0
+        return x
+
+    with pytest.raises(Exception, match="one 1-D integer index tensor .*test_torch_state.py"):
+        with torch.no_grad():
+            torch.compile(masked, backend="shardflow")(torch.randn(3, 4), torch.randn(3))
+
+
+def test_the_decode_graph_writes_each_cache_in_place(spmd):
+    """The graph returns only the written rows for the torch tensor, not the whole cache."""
+    spmd(1)
+    model = CacheStep(["index_copy_"], shape=(1, 64, 8))
+    xs.mark_sharding(model.cache, xs.Mesh([0], (1,), ("x",)), (None, "x", None))
+    with torch.no_grad():
+        torch.compile(model, backend="shardflow")(torch.ones(1, 1, 8), torch.tensor([3]))
+    (graph,) = [g for g in sft.compiled_graphs if g.last is not None][-1:]
+    returned = graph.last.ir.split("-> (")[1].split(")")[0]
+    assert returned == "f32[1,8], f32[1,64,8], i64[1], f32[1,1,8]"  # output, new shards, index, rows
