@@ -3,10 +3,14 @@
 
 The model is written like Meta's ``llama/model.py``: RMSNorm in torch ops,
 complex rotary embeddings (``polar``, ``view_as_complex``), grouped-query
-attention by ``repeat_kv``, SwiGLU, a KV cache in module buffers. Two changes
-make it compile once per shape instead of once per token, as ``torch.compile``
-users do: the position is a tensor (``input_pos``), and the cache is written
-with ``index_copy_`` along its position dim.
+attention by ``repeat_kv``, SwiGLU, a KV cache in module buffers. As
+``torch.compile`` users write it (PyTorch's gpt-fast, Hugging Face), it
+compiles once per shape instead of once per token: the position is a tensor
+(``input_pos``) and the cache is written at it (``cache[:, :, input_pos] =
+xk``); the cache holds heads before positions, and attention is
+``F.scaled_dot_product_attention`` over the whole cache with a mask. Meta's
+own ``matmul``/``softmax`` attention over a ``[B, S, heads, hd]`` cache
+compiles too, but transposes (copies) the cache on every step.
 
 Sharding is PyTorch/XLA's: parameters and caches are laid out eagerly with
 ``xs.mark_sharding`` following shardflow's Megatron plan (the same
@@ -53,6 +57,7 @@ class ModelArgs:
     max_seq_len: int
     max_batch_size: int
     mesh_shape: tuple[int, ...] = (1, 1, 1)
+    annotate: bool = True  # annotate each block's output (False: plain PyTorch, for a peer benchmark)
 
 
 class RMSNorm(nn.Module):
@@ -87,12 +92,8 @@ def apply_rotary_emb(xq, xk, freqs_cis):
 
 
 def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
-    """[B, S, n_kv_heads, hd] -> [B, S, n_kv_heads * n_rep, hd]"""
-    bs, slen, n_kv_heads, head_dim = x.shape
-    if n_rep == 1:
-        return x
-    return x[:, :, :, None, :].expand(bs, slen, n_kv_heads, n_rep, head_dim).reshape(
-        bs, slen, n_kv_heads * n_rep, head_dim)
+    """[B, n_kv_heads, S, hd] -> [B, n_kv_heads * n_rep, S, hd]"""
+    return x if n_rep == 1 else x.repeat_interleave(n_rep, dim=1)
 
 
 class Attention(nn.Module):
@@ -105,7 +106,9 @@ class Attention(nn.Module):
         self.wk = nn.Linear(args.dim, self.n_kv_heads * self.head_dim, bias=False)
         self.wv = nn.Linear(args.dim, self.n_kv_heads * self.head_dim, bias=False)
         self.wo = nn.Linear(args.n_heads * self.head_dim, args.dim, bias=False)
-        cache_shape = (args.max_batch_size, args.max_seq_len, self.n_kv_heads, self.head_dim)
+        # Heads before positions, as attention reads them (Meta's cache is
+        # [B, S, heads, hd] and transposes every step: a copy of the cache).
+        cache_shape = (args.max_batch_size, self.n_kv_heads, args.max_seq_len, self.head_dim)
         self.register_buffer("cache_k", torch.zeros(cache_shape), persistent=False)
         self.register_buffer("cache_v", torch.zeros(cache_shape), persistent=False)
 
@@ -115,15 +118,13 @@ class Attention(nn.Module):
         xk = self.wk(x).view(bsz, seqlen, self.n_kv_heads, self.head_dim)
         xv = self.wv(x).view(bsz, seqlen, self.n_kv_heads, self.head_dim)
         xq, xk = apply_rotary_emb(xq, xk, freqs_cis)
-        self.cache_k.index_copy_(1, input_pos, xk)  # Meta: self.cache_k[:bsz, start_pos:start_pos + seqlen] = xk
-        self.cache_v.index_copy_(1, input_pos, xv)
-        keys = repeat_kv(self.cache_k, self.n_rep).transpose(1, 2)      # [B, heads, S, hd]
-        values = repeat_kv(self.cache_v, self.n_rep).transpose(1, 2)
-        xq = xq.transpose(1, 2)                                          # [B, heads, T, hd]
-        scores = torch.matmul(xq, keys.transpose(2, 3)) / math.sqrt(self.head_dim) + mask
-        scores = F.softmax(scores.float(), dim=-1).type_as(xq)
-        output = torch.matmul(scores, values).transpose(1, 2).contiguous().view(bsz, seqlen, -1)
-        return self.wo(output)
+        # Meta: self.cache_k[:bsz, start_pos:start_pos + seqlen] = xk
+        self.cache_k[:, :, input_pos] = xk.transpose(1, 2)
+        self.cache_v[:, :, input_pos] = xv.transpose(1, 2)
+        keys = repeat_kv(self.cache_k, self.n_rep)                       # [B, heads, S, hd]
+        values = repeat_kv(self.cache_v, self.n_rep)
+        output = F.scaled_dot_product_attention(xq.transpose(1, 2), keys, values, attn_mask=mask)
+        return self.wo(output.transpose(1, 2).contiguous().view(bsz, seqlen, -1))
 
 
 class FeedForward(nn.Module):
@@ -145,15 +146,17 @@ class TransformerBlock(nn.Module):
         self.attention_norm = RMSNorm(args.dim, args.norm_eps)
         self.ffn_norm = RMSNorm(args.dim, args.norm_eps)
         self.mesh_shape = args.mesh_shape
+        self.annotate = args.annotate
 
     def forward(self, x, input_pos, freqs_cis, mask):
-        # The seed's diff: a mesh built inside forward, every block's output
-        # annotated over all three axes (the result of mark_sharding ignored).
-        device_ids = torch.arange(xr.global_runtime_device_count())
-        mesh = xs.Mesh(device_ids, self.mesh_shape)
         h = x + self.attention(self.attention_norm(x), input_pos, freqs_cis, mask)
         out = h + self.feed_forward(self.ffn_norm(h))
-        xs.mark_sharding(out, mesh, (0, 1, 2))
+        if self.annotate:
+            # The seed's diff: a mesh built inside forward, every block's output
+            # annotated over all three axes (the result of mark_sharding ignored).
+            device_ids = torch.arange(xr.global_runtime_device_count())
+            mesh = xs.Mesh(device_ids, self.mesh_shape)
+            xs.mark_sharding(out, mesh, (0, 1, 2))
         return out
 
 
@@ -208,8 +211,7 @@ def shard(model: Transformer, mesh: xs.Mesh, plan: sfl.ShardingPlan) -> None:
     xs.mark_sharding(model.tok_embeddings.weight, mesh, params["tok_embeddings"])
     xs.mark_sharding(model.output.weight, mesh, params["output"])
     xs.mark_sharding(model.norm.weight, mesh, params["norm"])
-    cache = tuple(plan.activations["kv_cache"])  # [B, n_kv_heads, S, hd] in shardflow's layout
-    meta_cache = (cache[0], cache[2], cache[1], cache[3])  # Meta's cache is [B, S, n_kv_heads, hd]
+    cache = tuple(plan.activations["kv_cache"])  # [B, n_kv_heads, S, hd], as the model's
     for block in model.layers:
         xs.mark_sharding(block.attention_norm.weight, mesh, params["attention_norm"])
         xs.mark_sharding(block.ffn_norm.weight, mesh, params["ffn_norm"])
@@ -217,8 +219,8 @@ def shard(model: Transformer, mesh: xs.Mesh, plan: sfl.ShardingPlan) -> None:
             xs.mark_sharding(getattr(block.attention, name).weight, mesh, params[name])
         for name in ("w1", "w2", "w3"):
             xs.mark_sharding(getattr(block.feed_forward, name).weight, mesh, params[name])
-        xs.mark_sharding(block.attention.cache_k, mesh, meta_cache)
-        xs.mark_sharding(block.attention.cache_v, mesh, meta_cache)
+        xs.mark_sharding(block.attention.cache_k, mesh, cache)
+        xs.mark_sharding(block.attention.cache_v, mesh, cache)
 
 
 # ------------------------------------------------------------- generation

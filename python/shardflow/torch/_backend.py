@@ -81,10 +81,18 @@ class CompiledGraph:
     written: frozenset[int] = frozenset()  # the inputs the graph writes in place (copy_ into them)
     prepared: dict[tuple, Prepared] = field(default_factory=dict)
     last: Prepared | None = None
+    # The sharding objects the last call came with: the same objects (marked
+    # tensors keep theirs) reuse `last` without building the key again.
+    _last_shardings: tuple = ()
+    _last_runner: int = -1
     _boxed_call = True  # AOTAutograd passes the inputs as one list
 
     def prepare(self, shardings: list[sf.Sharding | None]) -> Prepared:
-        key = (sf._core._runner_id(), tuple(None if s is None else (s.v1, str(s.mesh)) for s in shardings))
+        runner = sf._core._runner_id()
+        if (self.last is not None and runner == self._last_runner and len(shardings) == len(self._last_shardings)
+                and all(a is b for a, b in zip(shardings, self._last_shardings))):
+            return self.last
+        key = (runner, tuple(None if s is None else (s.v1, str(s.mesh)) for s in shardings))
         entry = self.prepared.get(key)
         if entry is None:
             lowering = _lowering.lower(self.gm, shardings, self.name)
@@ -95,17 +103,22 @@ class CompiledGraph:
             entry = self.prepared[key] = Prepared(
                 lowering.ir, sf.Executable(graph, shardings + [None] * len(constant_inputs)), constant_inputs,
                 lowering.num_user_outputs, lowering.mutations, donate)
-        self.last = entry
+        self.last, self._last_shardings, self._last_runner = entry, tuple(shardings), runner
         return entry
 
     def __call__(self, args: list[Any]) -> list[torch.Tensor]:
-        inputs, shardings = zip(*(_state.as_input(a, i in self.written) if isinstance(a, torch.Tensor)
-                                  else _refuse_non_tensor(a) for i, a in enumerate(args))) if args else ((), ())
-        prepared = self.prepare(list(shardings))
+        inputs, shardings = [], []
+        for i, arg in enumerate(args):
+            if not isinstance(arg, torch.Tensor):
+                _refuse_non_tensor(arg)
+            tensor, sharding = _state.as_input(arg, i in self.written)
+            inputs.append(tensor)
+            shardings.append(sharding)
+        prepared = self.prepare(shardings)
         written = [args[m.input_index] for m in prepared.mutations]
         args.clear()  # the boxed convention: the callee lets go of the inputs
         try:
-            outputs = prepared.executable([*inputs, *prepared.constants], active_profile, prepared.donate)
+            outputs = prepared.executable(inputs + prepared.constants, active_profile, prepared.donate)
         except BaseException:
             for tensor in written:  # donated shards may be gone: lay the (unchanged) tensor out again
                 _state.invalidate(tensor)
@@ -119,7 +132,7 @@ class CompiledGraph:
         return results
 
 
-def _refuse_non_tensor(value: Any) -> sf.Tensor:
+def _refuse_non_tensor(value: Any) -> None:
     raise sf.Error(f"a compiled graph got the input {value!r} ({type(value).__name__}); shardflow graphs take "
                    "tensors (Python numbers inside forward are constants; dynamic shapes are not supported)")
 

@@ -598,32 +598,67 @@ def _select_scatter(lowering: Lowering, node: torch.fx.Node) -> Ref:
     return lowering.emit_op(node, "aten::index_copy", [lowering.values[self_node], dim, positions, unsqueezed])
 
 
+def _wrapped_positions(lowering: Lowering, node: torch.fx.Node, index: torch.fx.Node, size: int) -> Ref:
+    """An integer index tensor as i64 positions in [0, size): negative ones count from the end, as in PyTorch."""
+    count = index.meta["val"].numel()
+    positions = lowering.values[index]
+    if index.meta["val"].dtype != torch.int64:
+        positions = lowering.emit_op(node, "aten::to.dtype", [positions, torch.int64],
+                                     type_text=ir_type(index.meta["val"].to(torch.int64), node), hint="positions")
+    if index.meta["val"].dim() != 1:
+        positions = lowering.emit_op(node, "aten::reshape", [positions, [count]], type_text=f"i64[{count}]",
+                                     hint="positions")
+    negative = lowering.emit_op(node, "aten::lt.Scalar", [positions, 0], type_text=f"bool[{count}]", hint="negative")
+    wrapped = lowering.emit_op(node, "aten::add.Scalar", [positions, size], type_text=f"i64[{count}]", hint="wrapped")
+    return lowering.emit_op(node, "aten::where.self", [negative, wrapped, positions], type_text=f"i64[{count}]",
+                            hint="positions")
+
+
+def _one_index_tensor(node: torch.fx.Node, indices: list, what: str) -> tuple[int, torch.fx.Node]:
+    """The dim and node of the one integer index tensor in `indices` (None elsewhere), or an error."""
+    given = [(d, i) for d, i in enumerate(indices) if i is not None]
+    value = given[0][1].meta.get("val") if len(given) == 1 and isinstance(given[0][1], torch.fx.Node) else None
+    if not isinstance(value, torch.Tensor) or value.dtype not in (torch.int64, torch.int32):
+        raise LoweringError(
+            f"{node.format_node()}: shardflow {what} with one integer index tensor (at {source_line(node)}); "
+            "boolean masks (their result's shape depends on the data) and several index tensors are not supported")
+    return given[0]
+
+
+def _index(lowering: Lowering, node: torch.fx.Node) -> Ref:
+    """t[..., idx] with one integer index tensor of any shape: index_select of the
+    flattened positions, reshaped to t's dims with idx's shape in place of the dim."""
+    self_node, indices = node.args[:2]
+    dim, index = _one_index_tensor(node, indices, "reads t[..., idx]")
+    size = self_node.meta["val"].shape[dim]
+    positions = _wrapped_positions(lowering, node, index, size)
+    out_shape = list(node.meta["val"].shape)
+    flat = list(self_node.meta["val"].shape)
+    flat[dim] = index.meta["val"].numel()
+    dtype = DTYPES[node.meta["val"].dtype]
+    if flat == out_shape:
+        return lowering.emit_op(node, "aten::index_select", [lowering.values[self_node], dim, positions])
+    selected = lowering.emit_op(node, "aten::index_select", [lowering.values[self_node], dim, positions],
+                                type_text=f"{dtype}[{','.join(map(str, flat))}]", hint="selected")
+    return lowering.emit_op(node, "aten::reshape", [selected, out_shape])
+
+
 def _index_put(lowering: Lowering, node: torch.fx.Node) -> Ref:
     """t[:, ..., idx] = values with one 1-D integer index tensor (a cache
     written at tensor positions): an index_copy of the values broadcast to
     the rows. Negative positions count from the end, as in PyTorch."""
     self_node, indices, values = node.args[:3]
     accumulate = node.args[3] if len(node.args) > 3 else node.kwargs.get("accumulate", False)
-    given = [(d, i) for d, i in enumerate(indices) if i is not None]
-    index_value = given[0][1].meta.get("val") if len(given) == 1 else None
-    if (accumulate or len(given) != 1 or not isinstance(index_value, torch.Tensor) or index_value.dim() != 1
-            or index_value.dtype not in (torch.int64, torch.int32)):
-        raise LoweringError(
-            f"{node.format_node()}: shardflow writes t[..., idx] = v with one 1-D integer index tensor and no "
-            f"accumulate (at {source_line(node)}); boolean masks, several index tensors and index_put_(..., "
-            "accumulate=True) are not supported")
-    dim, index = given[0]
+    if accumulate:
+        raise LoweringError(f"{node.format_node()}: index_put_(..., accumulate=True) is not supported "
+                            f"(at {source_line(node)})")
+    dim, index = _one_index_tensor(node, indices, "writes t[..., idx] = v")
+    if index.meta["val"].dim() != 1:
+        raise LoweringError(f"{node.format_node()}: shardflow writes t[..., idx] = v with a 1-D index tensor; this "
+                            f"one is {index.meta['val'].dim()}-D (at {source_line(node)})")
     shape = list(self_node.meta["val"].shape)
-    size = shape[dim]
-    count = index_value.shape[0]
-    positions = lowering.values[index]
-    if index_value.dtype != torch.int64:
-        positions = lowering.emit_op(node, "aten::to.dtype", [positions, torch.int64], type_text=f"i64[{count}]",
-                                     hint="positions")
-    negative = lowering.emit_op(node, "aten::lt.Scalar", [positions, 0], type_text=f"bool[{count}]", hint="negative")
-    wrapped = lowering.emit_op(node, "aten::add.Scalar", [positions, size], type_text=f"i64[{count}]", hint="wrapped")
-    positions = lowering.emit_op(node, "aten::where.self", [negative, wrapped, positions], type_text=f"i64[{count}]",
-                                 hint="positions")
+    count = index.meta["val"].shape[0]
+    positions = _wrapped_positions(lowering, node, index, shape[dim])
     rows = shape[:dim] + [count] + shape[dim + 1:]
     dtype = DTYPES[node.meta["val"].dtype]
     source = lowering.values[values]
@@ -651,6 +686,7 @@ REWRITES: dict[Any, Callable[[Lowering, torch.fx.Node], Any]] = {
     torch.ops.aten.slice_scatter.default: _slice_scatter,
     torch.ops.aten.select_scatter.default: _select_scatter,
     torch.ops.aten.index_put.default: _index_put,
+    torch.ops.aten.index.Tensor: _index,
     torch.ops.aten.copy.default: _copy,
     torch.ops.aten.t.default: _t,
     torch.ops.aten.mm.default: _matmul,

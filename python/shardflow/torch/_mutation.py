@@ -75,7 +75,12 @@ class HostWrite:
         if self.op == "index_copy":
             region.index_copy_(self.params[0], operands[0], operands[1])
         elif self.op == "index_put":
-            aten.index_put_(region, operands[:-1], operands[-1], self.params[0])  # the op takes absent (None) indices
+            # The one form the graph lowers (one 1-D index tensor, no
+            # accumulate) as index_copy_, which is several times faster.
+            dim = next(d for d, index in enumerate(operands[:-1]) if index is not None)
+            rows = list(region.shape)
+            rows[dim] = operands[dim].shape[0]
+            region.index_copy_(dim, operands[dim].remainder(region.shape[dim]), operands[-1].expand(rows))
         else:
             region.copy_(operands[0])
 

@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""LLaMA decode and prefill through torch.compile(backend="shardflow"), against
+baselines measured in the same run, in alternating rounds (this machine's
+memory speed moves between minutes; alternating keeps the ratios honest):
+
+- shardflow native: ``shardflow.llama`` on the same weights, mesh and plan
+  (what ``shardflow llama`` runs). bridge / native is the bridge's cost.
+- eager PyTorch 2.13 on one device with 1 and 2 threads, the same model
+  without annotations.
+
+Weights are random of a named shape (llama2.c's stories15M/110M). The cache
+holds --seq-len positions (default: the config's, at most 1024).
+
+    PYTHONPATH=build/release/python python3 bench/torch_bridge_bench.py \
+        --config stories15M stories110M --mesh 1,1,1 1,1,2 [--rounds 5 --steps 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import statistics
+import sys
+import time
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "examples"))
+
+import llama2_torch as showcase  # noqa: E402
+
+import shardflow.torch  # noqa: E402,F401  (registers the backend)
+import shardflow.torch.runtime as xr  # noqa: E402
+import shardflow.torch.spmd as xs  # noqa: E402
+from shardflow import llama as sfl  # noqa: E402
+
+
+def cpu_model() -> str:
+    fields = {}
+    for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    return f"{fields.get('model name', '?')} (family {fields.get('cpu family', '?')}, model {fields.get('model', '?')})"
+
+
+def torch_model(weights: sfl.Weights, seq_len: int, batch: int, mesh_shape, annotate: bool):
+    c = weights.config
+    args = showcase.ModelArgs(c.dim, c.n_layers, c.n_heads, c.n_kv_heads, c.vocab_size, c.hidden_dim, c.norm_eps,
+                              seq_len, batch, mesh_shape, annotate)
+    model = showcase.Transformer(args).eval()
+    showcase.load_into(model, weights)
+    return model
+
+
+def rates(g: showcase.Generation, batch: int, prompt_length: int) -> tuple[float, float]:
+    """(prefill tokens/s, decode tokens/s) of a generation whose graphs were compiled before."""
+    decode_seconds = g.first_decode_seconds + g.decode_seconds
+    return batch * prompt_length / g.prefill_seconds, batch * (g.decode_steps + 1) / decode_seconds
+
+
+def bench(config: str, mesh_shape: tuple[int, ...], rounds: int, steps: int, seq_len: int | None) -> dict:
+    devices = int(np.prod(mesh_shape))
+    batch = mesh_shape[0]
+    xr.use_spmd(devices=devices)
+    mesh = xs.Mesh(np.arange(devices), mesh_shape, ("data", "fsdp", "model"))
+    plan = sfl.ShardingPlan.megatron(mesh._core())
+    weights = sfl.random_weights(sfl.Config.named(config), seed=0)
+    seq_len = seq_len or min(weights.config.seq_len, 1024)
+    prompt_ids = [1, 450, 4996, 310, 17354, 1701, 29916, 432]
+    prompt = torch.tensor([prompt_ids] * batch)
+
+    bridge_model = torch_model(weights, seq_len, batch, mesh_shape, annotate=True)
+    showcase.shard(bridge_model, mesh, plan)
+    step = torch.compile(bridge_model, backend="shardflow", dynamic=False)
+    config_at_len = sfl.Config.named(config)
+    config_at_len.seq_len = seq_len
+    native = sfl.Model(sfl.random_weights(config_at_len, seed=0, plan=plan), plan)
+    eager = torch_model(weights, seq_len, batch, (1, 1, 1), annotate=False)
+    threads = torch.get_num_threads()
+
+    results: dict[str, list[tuple[float, float]]] = {"bridge": [], "native": [], "eager 1 thread": [],
+                                                     "eager 2 threads": []}
+    with torch.no_grad():
+        showcase.generate(step, bridge_model, prompt, 2)  # compiles prefill and decode
+        sfl.generate(native, [prompt_ids] * batch, steps=2)
+        for _ in range(rounds):
+            g = showcase.generate(step, bridge_model, prompt, steps)
+            results["bridge"].append(rates(g, batch, len(prompt_ids)))
+            n = sfl.generate(native, [prompt_ids] * batch, steps=steps)
+            results["native"].append((batch * len(prompt_ids) / n.prefill_seconds,
+                                      batch * (steps - 1) / n.decode_seconds))
+            for count, name in ((1, "eager 1 thread"), (2, "eager 2 threads")):
+                torch.set_num_threads(count)
+                g = showcase.generate(eager, eager, prompt, steps)
+                results[name].append(rates(g, batch, len(prompt_ids)))
+            torch.set_num_threads(threads)
+    xr.shutdown()
+    torch._dynamo.reset()
+    return {name: (statistics.median(p for p, _ in rs), statistics.median(d for _, d in rs),
+                   min(d for _, d in rs), max(d for _, d in rs)) for name, rs in results.items()}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", nargs="+", default=["stories15M", "stories110M"])
+    parser.add_argument("--mesh", nargs="+", default=["1,1,1", "1,1,2"])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=16)
+    parser.add_argument("--seq-len", type=int)
+    args = parser.parse_args()
+    print(f"CPU: {cpu_model()}; torch {torch.__version__}; {args.rounds} alternating rounds of {args.steps} steps, "
+          "medians (decode min-max)")
+    for config in args.config:
+        for mesh_text in args.mesh:
+            mesh_shape = tuple(int(v) for v in mesh_text.split(","))
+            r = bench(config, mesh_shape, args.rounds, args.steps, args.seq_len)
+            print(f"\n{config}, mesh {mesh_shape}, batch {mesh_shape[0]}:")
+            print(f"  {'':18s} {'prefill tok/s':>14s} {'decode tok/s':>13s}   {'decode range':>15s}")
+            for name, (prefill, decode, low, high) in r.items():
+                print(f"  {name:18s} {prefill:14.1f} {decode:13.1f}   {low:7.1f}-{high:<7.1f}")
+            bridge, native = r["bridge"], r["native"]
+            print(f"  bridge / native: prefill {bridge[0] / native[0]:.2f}, decode {bridge[1] / native[1]:.2f}; "
+                  f"bridge / eager (1, 2 threads) decode {bridge[1] / r['eager 1 thread'][1]:.2f}, "
+                  f"{bridge[1] / r['eager 2 threads'][1]:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
