@@ -175,8 +175,8 @@ class Transformer(nn.Module):
         """tokens [B, T] at positions input_pos [T]; the logits of the last position [B, vocab]."""
         h = self.tok_embeddings(tokens)
         freqs_cis = self.freqs_cis.index_select(0, input_pos)
-        positions = torch.arange(self.args.max_seq_len)
-        mask = torch.zeros(tokens.shape[1], self.args.max_seq_len).masked_fill(
+        positions = torch.arange(self.args.max_seq_len, device=tokens.device)
+        mask = torch.zeros(tokens.shape[1], self.args.max_seq_len, device=tokens.device).masked_fill(
             positions[None, :] > input_pos[:, None], float("-inf"))
         for layer in self.layers:
             h = layer(h, input_pos, freqs_cis, mask)

@@ -411,3 +411,25 @@ def test_rms_norm_in_torch_ops_is_one_op(spmd, weight_first):
     assert [c.kind for c in graph.collectives] == ["all-gather"]  # x gathered once for the norm
     with torch.no_grad():
         torch.testing.assert_close(compiled(model)(x), model(x), rtol=1e-5, atol=1e-5)
+
+
+def test_dynamic_shapes_are_an_error_that_says_dynamic_false(spmd):
+    spmd(1)
+    step = torch.compile(lambda x: x * 2 + 1, backend="shardflow", dynamic=True)
+    with pytest.raises(sf.Error, match=r"dynamic shapes .*dynamic=False\), which compiles once per shape"):
+        step(torch.randn(3, 4))
+    static = torch.compile(lambda x: x * 2 + 1, backend="shardflow", dynamic=False)
+    for rows in (3, 5, 7):  # a new shape recompiles instead
+        x = torch.randn(rows, 4)
+        torch.testing.assert_close(static(x), x * 2 + 1)
+
+
+def test_training_is_an_error_at_backward(spmd):
+    spmd(1)
+    model = nn.Linear(4, 3)
+    x = torch.randn(2, 4)
+    out = torch.compile(model, backend="shardflow")(x)
+    torch.testing.assert_close(out, model(x))  # the forward runs
+    with pytest.raises(Exception, match="shardflow compiles inference graphs only: run the compiled model under "
+                                        r"torch.no_grad\(\)"):
+        out.sum().backward()

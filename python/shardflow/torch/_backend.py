@@ -133,8 +133,13 @@ class CompiledGraph:
 
 
 def _refuse_non_tensor(value: Any) -> None:
+    if isinstance(value, (int, torch.SymInt)):
+        raise sf.Error(f"a compiled graph got the size {value!r} as an input: Dynamo traced it with dynamic shapes "
+                       "(dynamic=True, or by default once a second shape was seen). shardflow compiles static "
+                       "shapes: use torch.compile(..., backend=\"shardflow\", dynamic=False), which compiles once "
+                       "per shape")
     raise sf.Error(f"a compiled graph got the input {value!r} ({type(value).__name__}); shardflow graphs take "
-                   "tensors (Python numbers inside forward are constants; dynamic shapes are not supported)")
+                   "tensors (Python numbers inside forward are constants)")
 
 
 def _dump(name: str, ir: str) -> None:

@@ -391,7 +391,8 @@ def _constant(node: torch.fx.Node, user: torch.fx.Node) -> torch.Tensor:
                             f"shardflow cannot compute when it compiles (at {source_line(user)})")
     args = torch.fx.node.map_arg(node.args, lambda n: _constant(n, user))
     kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: _constant(n, user))
-    return node.target(*args, **kwargs)
+    with torch._subclasses.fake_tensor.unset_fake_temporarily():  # real values, even inside AOTAutograd's compile
+        return node.target(*args, **kwargs)
 
 
 # -- rewrites into ops shardflow has -------------------------------------------
@@ -512,6 +513,29 @@ def _softmax_as(op: str) -> Callable[[Lowering, torch.fx.Node], Ref]:
             raise LoweringError(f"{node.target} with half_to_float=True is not supported (at {source_line(node)})")
         return lowering.emit_op(node, op, [lowering.values[x], dim])
     return lower
+
+
+def _safe_softmax(lowering: Lowering, node: torch.fx.Node) -> Ref:
+    """aten::_safe_softmax (attention's math path): softmax, but a row whose
+    every entry is -inf (a query that sees no key) is 0 instead of NaN."""
+    x, dim = node.args[:2]
+    dtype = node.args[2] if len(node.args) > 2 else node.kwargs.get("dtype")
+    source = lowering.values[x]
+    value = node.meta["val"]
+    if dtype is not None and dtype != x.meta["val"].dtype:
+        source = lowering.emit_op(node, "aten::to.dtype", [source, dtype], type_text=ir_type(value, node),
+                                  hint="converted")
+    type_text = ir_type(value, node)
+    probabilities = lowering.emit_op(node, "aten::softmax.int", [source, dim], type_text=type_text, hint="softmax")
+    reduced = list(value.shape)
+    reduced[dim] = 1
+    largest = lowering.emit_op(node, "aten::amax", [source, [dim], True],
+                               type_text=f"{DTYPES[value.dtype]}[{','.join(map(str, reduced))}]", hint="row_max")
+    unseen = lowering.emit_op(node, "aten::eq.Scalar", [largest, float("-inf")],
+                              type_text=f"bool[{','.join(map(str, reduced))}]", hint="sees_nothing")
+    zero = lowering.emit_op(node, "aten::full", [[], 0.0], {"dtype": value.dtype}, type_text=f"{DTYPES[value.dtype]}[]",
+                            hint="zero")
+    return lowering.emit_op(node, "aten::where.self", [unseen, zero, probabilities])
 
 
 def _sdpa(lowering: Lowering, node: torch.fx.Node) -> list[Any]:
@@ -710,6 +734,7 @@ REWRITES: dict[Any, Callable[[Lowering, torch.fx.Node], Any]] = {
     torch.ops.aten.full_like.default: _full_like(None),
     torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default: _sdpa,
     torch.ops.aten._log_softmax.default: _softmax_as("aten::log_softmax.int"),
+    torch.ops.aten._safe_softmax.default: _safe_softmax,
     torch.ops.aten.split_with_sizes.default: _split,
 }
 
