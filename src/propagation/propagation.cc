@@ -11,18 +11,32 @@
 
 namespace shardflow {
 
+std::vector<const Node*> ShardingOrigin::through() const {
+  std::vector<const Node*> nodes;
+  for (const Step* step = last.get(); step != nullptr; step = step->previous.get()) nodes.push_back(step->node);
+  std::reverse(nodes.begin(), nodes.end());
+  return nodes;
+}
+
 std::string ShardingOrigin::describe() const {
   if (source == nullptr) return "no annotation";
   std::string out = source->producer() != nullptr
                         ? fmt::format("the annotation at %{}", source->name())
                         : fmt::format("the sharding of input %{}", source->name());
-  if (!through.empty()) {
-    out += " through";
-    for (std::size_t i = 0; i < through.size(); ++i) {
-      const Node* node = through[i];
-      out += fmt::format("{} %{} {}", i > 0 ? "," : "", node->outputs().empty() ? "?" : node->output()->name(),
-                         node->op().full_name());
+  const std::vector<const Node*> path = through();
+  if (path.empty()) return out;
+  // Every op of a long chain would make each message as long as the graph.
+  constexpr std::size_t kShownAtEachEnd = 4;
+  const auto name_of = [](const Node* node) {
+    return fmt::format("%{} {}", node->outputs().empty() ? "?" : node->output()->name(), node->op().full_name());
+  };
+  out += " through ";
+  for (std::size_t i = 0; i < path.size(); ++i) {
+    if (path.size() > 2 * kShownAtEachEnd && i == kShownAtEachEnd) {
+      out += fmt::format(", ({} more ops)", path.size() - 2 * kShownAtEachEnd);
+      i = path.size() - kShownAtEachEnd;
     }
+    out += (i > 0 ? ", " : "") + name_of(path[i]);
   }
   return out;
 }
@@ -241,9 +255,9 @@ class Propagator {
         if (extended.size() == current.size()) continue;
         current = std::move(extended);
         if (source != nullptr) {
-          ShardingOrigin origin = source->tensor->origins[static_cast<std::size_t>(source->dim)];
-          origin.through.push_back(&node);
-          state.origins[d] = std::move(origin);
+          const ShardingOrigin& from = source->tensor->origins[static_cast<std::size_t>(source->dim)];
+          state.origins[d] = ShardingOrigin{
+              from.source, std::make_shared<const ShardingOrigin::Step>(ShardingOrigin::Step{&node, from.last})};
         }
         changed = true;
       }

@@ -33,10 +33,28 @@ namespace shardflow {
 
 // Where a dim's axes came from.
 struct ShardingOrigin {
-  const Value* source = nullptr;     // an annotation's result or a graph input
-  std::vector<const Node*> through;  // the ops the sharding flowed through, in order
+  // One op the sharding flowed through, and the steps before it: shared
+  // with the origins of the values it came from, so a chain of n ops keeps
+  // n steps, not n copies of a growing path.
+  struct Step {
+    const Node* node = nullptr;
+    mutable std::shared_ptr<const Step> previous;  // mutable: taken apart by ~Step
 
-  // "the annotation at %3", "the sharding of input %w", "... through %5 aten::transpose.int"
+    // Releases a chain only this step holds one step at a time: a recursive
+    // release of a chain of 100k ops would overflow the stack.
+    ~Step() {
+      std::shared_ptr<const Step> next = std::move(previous);
+      while (next && next.use_count() == 1) next = std::move(next->previous);
+    }
+  };
+
+  const Value* source = nullptr;     // an annotation's result or a graph input
+  std::shared_ptr<const Step> last;  // the last op the sharding flowed through (null: none)
+
+  // The ops the sharding flowed through, in order.
+  std::vector<const Node*> through() const;
+  // "the annotation at %3", "the sharding of input %w", "... through %5
+  // aten::transpose.int"; a long path names its first and last few ops.
   std::string describe() const;
 };
 
