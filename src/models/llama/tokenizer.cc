@@ -92,6 +92,8 @@ Tokenizer::Tokenizer(std::vector<std::string> tokens, const std::vector<Merge>& 
     if (dummy_prefix_ == DummyPrefix::kAlways) added.content.insert(added.content.begin(), ' ');
     added_normalized_.add(std::move(added));
   }
+  added_as_written_.sort();
+  added_normalized_.sort();
 }
 
 void Tokenizer::index_tokens() {
@@ -321,12 +323,17 @@ std::size_t white_space_before(std::string_view text, std::size_t end) {
 }  // namespace
 
 void Tokenizer::AddedTokenSet::add(AddedToken token) {
-  std::vector<std::size_t>& candidates = by_first_byte_[static_cast<unsigned char>(token.content.front())];
+  if (!contents_.insert(token.content).second) return;
+  by_first_byte_[static_cast<unsigned char>(token.content.front())].push_back(tokens_.size());
   tokens_.push_back(std::move(token));
-  candidates.push_back(tokens_.size() - 1);
-  std::stable_sort(candidates.begin(), candidates.end(), [&](std::size_t a, std::size_t b) {
-    return tokens_[a].content.size() > tokens_[b].content.size();
-  });
+}
+
+void Tokenizer::AddedTokenSet::sort() {
+  for (auto& [first_byte, candidates] : by_first_byte_) {
+    std::stable_sort(candidates.begin(), candidates.end(), [&](std::size_t a, std::size_t b) {
+      return tokens_[a].content.size() > tokens_[b].content.size();
+    });
+  }
 }
 
 std::vector<Tokenizer::AddedMatch> Tokenizer::AddedTokenSet::find(std::string_view text) const {
