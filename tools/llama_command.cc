@@ -3,6 +3,7 @@
 #include <fmt/ranges.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -15,10 +16,12 @@
 #include "commands.h"
 #include "profile_report.h"
 #include "shardflow/base/error.h"
+#include "shardflow/base/text.h"
 #include "shardflow/models/checkpoint.h"
 #include "shardflow/models/llama.h"
 #include "shardflow/models/tokenizer.h"
 #include "shardflow/runtime/runtime.h"
+#include "shardflow/sharding/mesh.h"
 
 namespace shardflow::cli {
 
@@ -78,6 +81,18 @@ Setup make_setup(const LlamaOptions& o) {
     s.config = Config::named(o.config.value_or("stories15M"));
   }
   s.axis_names = parse_name_list("--axis-names", o.axis_names);
+  // Checked on one device too, where no plan would notice.
+  for (std::size_t a = 0; a < s.axis_names.size(); ++a) {
+    const std::string& name = s.axis_names[a];
+    if (name != "data" && name != "fsdp" && name != "model") {
+      throw UsageError(fmt::format("--axis-names: {} is not an axis of the plan, which uses data, fsdp and model",
+                                   quote_for_message(name, 40)));
+    }
+    if (std::find(s.axis_names.begin(), s.axis_names.begin() + static_cast<std::ptrdiff_t>(a), name) !=
+        s.axis_names.begin() + static_cast<std::ptrdiff_t>(a)) {
+      throw UsageError(fmt::format("--axis-names names '{}' twice", name));
+    }
+  }
   if (o.devices && *o.devices < 1) throw UsageError(fmt::format("--devices must be at least 1, got {}", *o.devices));
   if (o.mesh) {
     s.mesh_shape = parse_int_list("--mesh", *o.mesh);
@@ -95,7 +110,13 @@ Setup make_setup(const LlamaOptions& o) {
     throw UsageError(fmt::format("--mesh has {} axes but --axis-names names {}", s.mesh_shape.size(),
                                  s.axis_names.size()));
   }
-  s.devices = std::accumulate(s.mesh_shape.begin(), s.mesh_shape.end(), int64_t{1}, std::multiplies<>());
+  s.devices = 1;
+  for (int64_t size : s.mesh_shape) {
+    if (size > kMaxMeshSize / s.devices) {
+      throw UsageError(fmt::format("--mesh {} has more than 2^20 devices", fmt::join(s.mesh_shape, ",")));
+    }
+    s.devices *= size;
+  }
   if (o.devices && *o.devices != s.devices) {
     throw Error(fmt::format("--devices {} does not match the mesh {} of {} devices", *o.devices,
                             fmt::join(s.mesh_shape, ","), s.devices));

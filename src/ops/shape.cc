@@ -302,15 +302,19 @@ OpShardingRule shared_except_rule(std::span<const TensorType> inputs,
 Shape infer_size(std::span<const int64_t> shape, int64_t count) {
   std::optional<std::size_t> inferred;
   int64_t known = 1;
+  bool overflow = false;  // more elements than 64 bits count: no tensor has that many
   for (std::size_t d = 0; d < shape.size(); ++d) {
     if (shape[d] == -1) {
       if (inferred) throw Error("only one dimension can be inferred");
       inferred = d;
     } else if (shape[d] >= 0) {
-      known *= shape[d];
+      overflow = __builtin_mul_overflow(known, shape[d], &known) || overflow;
     } else {
       throw Error(fmt::format("invalid shape dimension {}", shape[d]));
     }
+  }
+  if (overflow && known != 0) {
+    throw Error(fmt::format("shape '{}' is invalid for input of size {}", sizes_text(shape), count));
   }
   Shape result(shape.begin(), shape.end());
   if (count == known || (inferred && known > 0 && count % known == 0)) {

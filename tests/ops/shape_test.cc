@@ -383,6 +383,11 @@ std::vector<ErrorRow> error_rows() {
       {"aten::reshape", {zeros({6}), ints({4, -1})},
        "shape '[4, -1]' is invalid for input of size 6"},
       {"aten::reshape", {zeros({6}), ints({-1, -1})}, "only one dimension can be inferred"},
+      // The product wraps to 6 in 64 bits (UBSan: signed overflow); the shape is still refused.
+      {"aten::reshape", {zeros({6}), ints({8589934595, 6148914685509894146})},
+       "shape '[8589934595, 6148914685509894146]' is invalid for input of size 6"},
+      {"aten::reshape", {zeros({6}), ints({8589934595, 6148914685509894146, -1})},
+       "shape '[8589934595, 6148914685509894146, -1]' is invalid for input of size 6"},
       {"aten::reshape", {zeros({6}), ints({-2, -3})}, "invalid shape dimension -2"},
       {"aten::reshape", {zeros({0, 3}), ints({-1, 0})},
        "cannot reshape tensor of 0 elements into shape [-1, 0] because the unspecified dimension "

@@ -138,7 +138,12 @@ TEST(LlamaCli, BadInputGivesOneErrorLine) {
            {"--mesh 1,1,-2", "--mesh sizes must be at least 1, got -2 in 1,1,-2"},
            {"--mesh 0,1,2", "--mesh sizes must be at least 1, got 0 in 0,1,2"},
            {"--devices -3", "--devices must be at least 1, got -3"},
-           {"--devices 0", "--devices must be at least 1, got 0"}}) {
+           {"--devices 0", "--devices must be at least 1, got 0"},
+           // A product that wraps 64 bits (2^64 devices read as 0) is refused, not allocated.
+           {"--mesh 4294967296,4294967296,1", "--mesh 4294967296,4294967296,1 has more than 2^20 devices"},
+           // Checked on one device too, where no plan reads the names.
+           {"--axis-names x,y,z", "--axis-names: \"x\" is not an axis of the plan, which uses data, fsdp and model"},
+           {"--axis-names data,data,model", "--axis-names names 'data' twice"}}) {
     const CliResult bad = run_cli("llama --config tiny " + args);
     EXPECT_EQ(bad.status, 2) << args;
     EXPECT_NE(bad.err.find(message), std::string::npos) << args << ": " << bad.err;
