@@ -100,21 +100,31 @@ void register_unary_ops(OpRegistry& r) {
             [](auto x) { return std::tanh(x); });
 
   OpDef gelu = unary_def(UnaryResult::kFloat);
-  gelu.kernel = [](const OpArgs& args, std::span<const DenseTensor> in) {
-    const DType dtype = float_type_for(in[0].dtype());
+  // PyTorch's check of `approximate`, made when the graph is verified rather
+  // than when it first runs.
+  const auto check_approximate = [](const OpArgs& args) -> const std::string& {
     const std::string& approximate = args.get_string("approximate");
+    if (approximate != "none" && approximate != "tanh") {
+      throw Error("approximate argument must be either none or tanh.");  // PyTorch's words
+    }
+    return approximate;
+  };
+  gelu.infer = [check_approximate, infer = gelu.infer](const OpArgs& args, std::span<const TensorType> in) {
+    check_approximate(args);
+    return infer(args, in);
+  };
+  gelu.kernel = [check_approximate](const OpArgs& args, std::span<const DenseTensor> in) {
+    const DType dtype = float_type_for(in[0].dtype());
+    const std::string& approximate = check_approximate(args);
     if (approximate == "none") {
       return std::vector<DenseTensor>{map_unary(in[0], dtype, [](float x) {
         return 0.5f * x * (1.0f + std::erf(x * static_cast<float>(kSqrt1_2)));
       })};
     }
-    if (approximate == "tanh") {
-      return std::vector<DenseTensor>{map_unary(in[0], dtype, [](float x) {
-        const float inner = static_cast<float>(kSqrt2OverPi) * (x + 0.044715f * x * x * x);
-        return 0.5f * x * (1.0f + std::tanh(inner));
-      })};
-    }
-    throw Error(fmt::format("approximate argument must be either none or tanh. (got '{}')", approximate));
+    return std::vector<DenseTensor>{map_unary(in[0], dtype, [](float x) {  // "tanh"
+      const float inner = static_cast<float>(kSqrt2OverPi) * (x + 0.044715f * x * x * x);
+      return 0.5f * x * (1.0f + std::tanh(inner));
+    })};
   };
   r.add("aten::gelu(Tensor self, *, str approximate='none') -> Tensor", std::move(gelu));
 }

@@ -47,6 +47,16 @@ TEST(IrCli, BadIrIsOneErrorLineWithStatus1) {
   EXPECT_EQ(directory.status, 1);
   EXPECT_NE(directory.err.find("it is a directory"), std::string::npos) << directory.err;
   EXPECT_EQ(run_cli("ir").status, 2);  // usage
+  // Arguments are checked when the graph is verified (ir, partition), not
+  // first when it runs, with the node and its line.
+  const std::string bogus = write("bogus.ir",
+      "func @f(%x: f32[2]) -> (f32[2]) {\n  %y = aten::gelu(%x, approximate=\"bogus\") : f32[2]\n  return %y\n}\n");
+  for (const char* command : {"ir ", "partition "}) {
+    const CliResult gelu = run_cli(command + bogus);
+    EXPECT_EQ(gelu.status, 1) << command;
+    EXPECT_NE(gelu.err.find("at line 2: approximate argument must be either none or tanh."), std::string::npos)
+        << command << gelu.err;
+  }
 }
 
 TEST(IrCli, RunSummarisesEachOutputDeterministically) {
