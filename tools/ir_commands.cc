@@ -1,8 +1,10 @@
 // `shardflow ir FILE` and `shardflow run FILE`.
 #include <fmt/format.h>
 
+#include <array>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -30,14 +32,30 @@
 
 namespace shardflow::cli {
 
+// IR text far larger than any graph's (a 100k-node graph is 4 MB): reading
+// stops there, so /dev/zero or a wrong file cannot fill the memory.
+constexpr std::size_t kMaxIrBytes = std::size_t{256} << 20;
+
 static std::string read_file(const std::string& path) {
   std::error_code error;
   if (std::filesystem::is_directory(path, error)) throw Error(fmt::format("cannot read '{}': it is a directory", path));
   std::ifstream file(path, std::ios::binary);
   if (!file) throw Error(fmt::format("cannot read '{}'", path));
-  std::ostringstream text;
-  text << file.rdbuf();
-  return text.str();
+  std::string text;
+  std::array<char, 1 << 16> chunk{};
+  while (file) {
+    file.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+    const auto got = static_cast<std::size_t>(file.gcount());
+    if (const void* nul = std::memchr(chunk.data(), '\0', got)) {
+      throw Error(fmt::format("'{}' is not IR text: it has a NUL byte at offset {}", path,
+                              text.size() + static_cast<std::size_t>(static_cast<const char*>(nul) - chunk.data())));
+    }
+    if (text.size() + got > kMaxIrBytes) {
+      throw Error(fmt::format("'{}' is larger than {} MiB, the limit for IR text", path, kMaxIrBytes >> 20));
+    }
+    text.append(chunk.data(), got);
+  }
+  return text;
 }
 
 Graph load_graph(const std::string& path) {

@@ -47,6 +47,13 @@ TEST(IrCli, BadIrIsOneErrorLineWithStatus1) {
   EXPECT_EQ(directory.status, 1);
   EXPECT_NE(directory.err.find("it is a directory"), std::string::npos) << directory.err;
   EXPECT_EQ(run_cli("ir").status, 2);  // usage
+  // Input that is not text, or never ends, stops at once (it used to be read
+  // until the memory ran out, or forever).
+  for (const char* device : {"/dev/zero", "/dev/urandom"}) {
+    const CliResult endless = run_cli(std::string("ir ") + device);
+    EXPECT_EQ(endless.status, 1) << device;
+    EXPECT_NE(endless.err.find("is not IR text: it has a NUL byte at offset"), std::string::npos) << endless.err;
+  }
   // Arguments are checked when the graph is verified (ir, partition), not
   // first when it runs, with the node and its line.
   const std::string bogus = write("bogus.ir",
