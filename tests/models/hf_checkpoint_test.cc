@@ -93,6 +93,35 @@ void edit_header(const fs::path& path, F&& edit) {
   write_container(path, c.header.dump(), c.data);
 }
 
+// Rewrites a safetensors file, header and data.
+template <class F>
+void edit_container(const fs::path& path, F&& edit) {
+  Container c = read_container(path);
+  edit(c);
+  write_container(path, c.header.dump(), c.data);
+}
+
+// Drops a tensor's entry and bytes, moving the later tensors' offsets back:
+// the file stays well formed.
+void drop_tensor(Container& c, const std::string& name) {
+  const uint64_t begin = c.header[name]["data_offsets"][0], end = c.header[name]["data_offsets"][1];
+  c.header.erase(name);
+  c.data.erase(begin, end - begin);
+  for (auto& [other, entry] : c.header.items()) {
+    if (other == "__metadata__") continue;
+    for (auto& offset : entry["data_offsets"]) {
+      if (offset.get<uint64_t>() >= end) offset = offset.get<uint64_t>() - (end - begin);
+    }
+  }
+}
+
+// Appends a well-formed tensor of `floats` F32 elements.
+void add_tensor(Container& c, const std::string& name, std::size_t floats) {
+  const uint64_t begin = c.data.size();
+  c.data.append(floats * 4, '\0');
+  c.header[name] = {{"dtype", "F32"}, {"shape", {floats}}, {"data_offsets", {begin, begin + floats * 4}}};
+}
+
 // Meta's layout of an HF q or k projection: Meta row h*hd + 2i + p is HF row
 // h*hd + p*hd/2 + i.
 std::vector<float> to_meta_rows(const std::vector<float>& hf, int64_t heads, int64_t head_dim, int64_t columns) {
@@ -499,25 +528,59 @@ TEST(HfCheckpoint, BrokenFilesGiveClearErrors) {
     edit_header(file, edit);
     return load_error(dir);
   };
-  EXPECT_EQ(error_after([](Json& h) { h.erase("model.layers.1.mlp.up_proj.weight"); }),
+  auto error_after_editing = [&](const std::function<void(Container&)>& edit) {
+    reset();
+    edit_container(file, edit);
+    return load_error(dir);
+  };
+  EXPECT_EQ(error_after_editing([](Container& c) { drop_tensor(c, "model.layers.1.mlp.up_proj.weight"); }),
             fmt::format("tensor 'model.layers.1.mlp.up_proj.weight' is missing from safetensors file '{}'", f));
-  EXPECT_EQ(error_after([](Json& h) { h.erase("lm_head.weight"); }),
+  EXPECT_EQ(error_after_editing([](Container& c) { drop_tensor(c, "lm_head.weight"); }),
             fmt::format("tensor 'lm_head.weight' is missing from Hugging Face checkpoint '{}' (its config has "
                         "tie_word_embeddings false, so the head is not the embedding)",
                         dir.string()));
-  EXPECT_EQ(error_after([](Json& h) { h["model.layers.0.self_attn.k_proj.weight"]["shape"] = {48, 48}; }),
-            fmt::format("tensor 'model.layers.0.self_attn.k_proj.weight' in safetensors file '{}' has shape [48,48], "
+  EXPECT_EQ(error_after([](Json& h) { h["model.layers.0.self_attn.k_proj.weight"]["shape"] = {48, 24}; }),
+            fmt::format("tensor 'model.layers.0.self_attn.k_proj.weight' in safetensors file '{}' has shape [48,24], "
                         "expected [24,48]",
                         f));
-  EXPECT_EQ(error_after([](Json& h) { h["model.norm.weight"]["dtype"] = "F64"; }),
-            fmt::format("tensor 'model.norm.weight' in safetensors file '{}' has unsupported dtype 'F64', expected "
+  EXPECT_EQ(error_after([](Json& h) { h["model.norm.weight"]["dtype"] = "I32"; }),
+            fmt::format("tensor 'model.norm.weight' in safetensors file '{}' has unsupported dtype 'I32', expected "
                         "F32, F16 or BF16",
                         f));
+  // The layout rules of the safetensors library: each tensor's bytes are its
+  // shape times its dtype's size, and the tensors tile the data in order.
   const uint64_t norm_begin = good_container.header["model.norm.weight"]["data_offsets"][0];
   EXPECT_EQ(error_after([&](Json& h) { h["model.norm.weight"]["data_offsets"] = {norm_begin, norm_begin + 188}; }),
-            fmt::format("tensor 'model.norm.weight' in safetensors file '{}': data_offsets [{}, {}] span 188 bytes, "
-                        "expected 192 (48 elements of 4 bytes)",
+            fmt::format("safetensors file '{}': tensor \"model.norm.weight\": data_offsets [{}, {}] span 188 bytes, "
+                        "but shape [48] of F32 takes 192",
                         f, norm_begin, norm_begin + 188));
+  EXPECT_EQ(error_after([&](Json& h) { h["model.norm.weight"]["data_offsets"] = {norm_begin - 4, norm_begin + 188}; }),
+            fmt::format("safetensors file '{}': tensor \"model.norm.weight\": data_offsets [{}, {}] overlap the "
+                        "tensor before it, which ends at {} (tensors must tile the data in order)",
+                        f, norm_begin - 4, norm_begin + 188, norm_begin));
+  EXPECT_NE(error_after([](Json& h) { h["model.norm.weight"]["dtype"] = "F7"; })
+                .find("tensor \"model.norm.weight\" has the dtype \"F7\", which is not a safetensors dtype"),
+            std::string::npos);
+  EXPECT_EQ(error_after_editing([](Container& c) { c.data += "tail"; }),
+            fmt::format("safetensors file '{}': the tensors' data ends at byte {} but the file has {} data bytes (4 "
+                        "left over)",
+                        f, good_container.data.size(), good_container.data.size() + 4));
+  EXPECT_EQ(error_after_editing([](Container& c) {
+              c.data.insert(0, 8, '\0');  // a gap before the first tensor
+              for (auto& [name, entry] : c.header.items()) {
+                for (auto& offset : entry["data_offsets"]) offset = offset.get<uint64_t>() + 8;
+              }
+            }).find("leave a gap after byte 0 (tensors must tile the data in order)") != std::string::npos,
+            true);
+  // A tensor the config does not use: the config does not describe the
+  // file. A rotary table an exporter saved is recomputed, so it may stay.
+  EXPECT_EQ(error_after_editing([](Container& c) { add_tensor(c, "model.layers.2.mlp.up_proj.weight", 3); }),
+            fmt::format("Hugging Face checkpoint '{}' has 1 tensor(s) its config does not use: "
+                        "\"model.layers.2.mlp.up_proj.weight\" (config.json says 2 layers, hidden_size 48, so it "
+                        "does not describe these weights)",
+                        dir.string()));
+  EXPECT_EQ(error_after_editing([](Container& c) { add_tensor(c, "model.layers.0.self_attn.rotary_emb.inv_freq", 6); }),
+            "(no error)");
   const uint64_t data_size = good_container.data.size();
   EXPECT_EQ(error_after([&](Json& h) { h["model.norm.weight"]["data_offsets"] = {data_size, data_size + 192}; }),
             fmt::format("safetensors file '{}': the header entry of tensor 'model.norm.weight': data_offsets [{}, {}] "

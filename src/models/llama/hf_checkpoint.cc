@@ -5,6 +5,7 @@
 #include <fstream>
 #include <limits>
 #include <optional>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -12,6 +13,7 @@
 #include "placement.h"
 #include "safetensors.h"
 #include "shardflow/base/error.h"
+#include "shardflow/base/text.h"
 #include "shardflow/models/checkpoint.h"
 
 namespace shardflow::llama {
@@ -178,6 +180,13 @@ class Checkpoint {
   bool contains(const std::string& name) const {
     return index_.empty() ? readers_.front()->contains(name) : by_tensor_.count(name) != 0;
   }
+  // Every tensor the checkpoint has (the index's, or the one file's).
+  std::vector<std::string> names() const {
+    if (index_.empty()) return readers_.front()->names();
+    std::vector<std::string> out;
+    for (const auto& [name, reader] : by_tensor_) out.push_back(name);
+    return out;
+  }
 
   // The tensor `name` of shape `shape` laid out for `role`; rotary_heads > 0
   // permutes its rows from Hugging Face's rotary layout to Meta's.
@@ -288,6 +297,26 @@ Config read_hf_config(const std::filesystem::path& dir) {
   return c;
 }
 
+// A tensor the config does not read means the config does not describe the
+// file (fewer layers than it holds, another architecture): refused rather
+// than ignored. Rotary tables some exporters save (rotary_emb.inv_freq) are
+// recomputed from the config, so they may be there.
+static void check_all_used(const std::vector<std::string>& names, const std::set<std::string>& used,
+                    const std::filesystem::path& dir, const Config& c) {
+  std::vector<std::string> unused;
+  for (const std::string& name : names) {
+    if (!used.count(name) && !name.ends_with(".rotary_emb.inv_freq")) {
+      unused.push_back(name);
+    }
+  }
+  if (unused.empty()) return;
+  std::string listed;
+  for (std::size_t i = 0; i < unused.size() && i < 3; ++i) listed += (i ? ", " : "") + quote_for_message(unused[i], 80);
+  throw Error(fmt::format("Hugging Face checkpoint '{}' has {} tensor(s) its config does not use: {}{} (config.json "
+                          "says {} layers, hidden_size {}, so it does not describe these weights)",
+                          dir.string(), unused.size(), listed, unused.size() > 3 ? ", ..." : "", c.n_layers, c.dim));
+}
+
 Weights load_hf(const std::filesystem::path& dir, const ShardingPlan* plan) {
   if (plan != nullptr) plan->check();
   Weights w;
@@ -300,8 +329,13 @@ Weights load_hf(const std::filesystem::path& dir, const ShardingPlan* plan) {
                             dir.string()));
   }
   w.layers.resize(static_cast<std::size_t>(c.n_layers));
+  std::set<std::string> used;
   for_each_tensor(w, [&](const std::string& name, const char* role, const Shape& shape, int64_t rotary_heads,
-                         Tensor& slot) { slot = checkpoint.load(name, shape, role, rotary_heads, plan); });
+                         Tensor& slot) {
+    used.insert(name);
+    slot = checkpoint.load(name, shape, role, rotary_heads, plan);
+  });
+  check_all_used(checkpoint.names(), used, dir, c);
   // A tied head is the embedding, or read again where its layout differs.
   if (c.shared_classifier && tied_head_shares_embedding(plan)) {
     w.output = w.tok_embeddings;

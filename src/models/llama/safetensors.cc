@@ -7,12 +7,15 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <optional>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "shardflow/base/error.h"
+#include "shardflow/base/text.h"
 
 namespace shardflow::llama::safetensors {
 
@@ -144,6 +147,61 @@ Reader::Reader(std::filesystem::path path) : path_(std::move(path)) {
     entry.begin = *begin;
     entry.end = *end_offset;
     entries_.emplace(name, std::move(entry));
+  }
+  check_layout(where);
+}
+
+namespace {
+
+// Bytes per element of each safetensors dtype tag (the format's list).
+std::optional<uint64_t> tag_element_size(const std::string& tag) {
+  static const std::map<std::string, uint64_t, std::less<>> kSizes = {
+      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"I16", 2}, {"U16", 2}, {"F16", 2},
+      {"BF16", 2}, {"I32", 4}, {"U32", 4}, {"F32", 4},     {"F64", 8},     {"I64", 8}, {"U64", 8}};
+  const auto found = kSizes.find(tag);
+  return found == kSizes.end() ? std::nullopt : std::optional<uint64_t>(found->second);
+}
+
+}  // namespace
+
+// As the safetensors library checks a file: every tensor's bytes are its
+// shape times its dtype's size, and the tensors tile the data in order of
+// their offsets, from 0 to its end, without gaps, overlaps or bytes left over.
+void Reader::check_layout(const std::string& where) const {
+  std::vector<std::pair<const std::string*, const Entry*>> by_offset;
+  for (const auto& [name, entry] : entries_) by_offset.emplace_back(&name, &entry);
+  std::sort(by_offset.begin(), by_offset.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.second->begin, a.second->end) < std::tie(b.second->begin, b.second->end);
+  });
+  uint64_t expected_begin = 0;
+  for (const auto& [name, entry] : by_offset) {
+    const std::string tensor = fmt::format("{}: tensor {}", where, quote_for_message(*name, 80));
+    const std::optional<uint64_t> size = tag_element_size(entry->dtype);
+    if (!size) {
+      throw Error(fmt::format("{} has the dtype {}, which is not a safetensors dtype", tensor,
+                              quote_for_message(entry->dtype, 20)));
+    }
+    uint64_t bytes = *size;
+    for (int64_t extent : entry->shape) {
+      if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(extent), &bytes)) bytes = UINT64_MAX;
+    }
+    if (entry->end - entry->begin != bytes) {
+      throw Error(fmt::format("{}: data_offsets [{}, {}] span {} bytes, but shape {} of {} takes {}", tensor,
+                              entry->begin, entry->end, entry->end - entry->begin, shape_to_string(entry->shape),
+                              entry->dtype, bytes));
+    }
+    if (entry->begin != expected_begin) {
+      throw Error(fmt::format("{}: data_offsets [{}, {}] {} (tensors must tile the data in order)", tensor,
+                              entry->begin, entry->end,
+                              entry->begin < expected_begin
+                                  ? fmt::format("overlap the tensor before it, which ends at {}", expected_begin)
+                                  : fmt::format("leave a gap after byte {}", expected_begin)));
+    }
+    expected_begin = entry->end;
+  }
+  if (expected_begin != data_bytes_) {
+    throw Error(fmt::format("{}: the tensors' data ends at byte {} but the file has {} data bytes ({} left over)",
+                            where, expected_begin, data_bytes_, data_bytes_ - expected_begin));
   }
 }
 

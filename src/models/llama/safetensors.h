@@ -41,6 +41,11 @@ class Reader {
 
   const std::filesystem::path& path() const { return path_; }
   bool contains(const std::string& name) const { return entries_.count(name) != 0; }
+  std::vector<std::string> names() const {
+    std::vector<std::string> out;
+    for (const auto& [name, entry] : entries_) out.push_back(name);
+    return out;
+  }
 
   // The tensor `name`, checked: present, of dtype F32, F16 or BF16, of shape
   // `expected`, and with data_offsets spanning exactly its bytes.
@@ -55,6 +60,8 @@ class Reader {
     Shape shape;
     uint64_t begin = 0, end = 0;  // data_offsets
   };
+  void check_layout(const std::string& where) const;
+
   struct FileCloser {
     void operator()(std::FILE* f) const { std::fclose(f); }
   };
