@@ -26,6 +26,13 @@ std::vector<int64_t> parse_int_list(std::string_view option, std::string_view te
 // "data,model" or the Python form "('data', 'model')"; "None" -> {} (unnamed).
 std::vector<std::string> parse_name_list(std::string_view option, std::string_view text);
 
+// "8G", "512M", "1.5GiB", "100k", "123" (bytes) -> bytes; units are powers of 1024.
+uint64_t parse_byte_size(std::string_view option, std::string_view text);
+
+// The memory this machine can give a new run: /proc/meminfo's MemAvailable,
+// else the physical memory.
+uint64_t available_memory_bytes();
+
 // The job's MPI runtime when the command runs with --backend mpi (main makes
 // it before the command runs, so that an error can end every rank), else
 // nullptr.

@@ -48,6 +48,8 @@ struct Setup {
   std::vector<std::string> axis_names;
   int64_t devices = 1;
   int64_t batch = 1;
+  int64_t data_parallel = 1;  // the size of the 'data' axis: weights are replicated over it
+  int64_t cache_positions = 0;  // the KV cache's positions (at most config.seq_len)
   std::vector<int64_t> prompt;
   std::optional<llama::Tokenizer> tokenizer;
 };
@@ -69,6 +71,47 @@ std::optional<llama::Tokenizer> load_tokenizer(const LlamaOptions& o, const Conf
     }
     return std::nullopt;
   }
+}
+
+// The cache holds the positions the run writes (prompt + steps - 1), not
+// the checkpoint's whole context: a 2^20-position checkpoint does not make a
+// 2^20-position cache (and mask) for a 2-token prompt. --seq-len sets it.
+void size_cache(const LlamaOptions& o, Setup& s) {
+  const int64_t context = s.config.seq_len;
+  s.cache_positions = context;
+  if (o.seq_len) {
+    if (*o.seq_len < 1 || *o.seq_len > context) {
+      throw UsageError(fmt::format("--seq-len {} is outside 1..{}, the model's context (its seq_len)", *o.seq_len,
+                                   context));
+    }
+    s.cache_positions = *o.seq_len;
+    return;
+  }
+  const auto prompt = static_cast<int64_t>(s.prompt.size());
+  if (o.steps >= 1 && o.steps <= context && prompt <= context) s.cache_positions = std::min(context, prompt + o.steps - 1);
+}
+
+// Everything the run holds, from the config and the request, against the
+// memory it may use, before any of it is allocated.
+void check_run_memory(const LlamaOptions& o, const Setup& s) {
+  uint64_t budget = available_memory_bytes();
+  std::string budget_what = fmt::format("the {} this machine has available", llama::format_bytes(budget));
+  if (o.max_memory) {
+    budget = parse_byte_size("--max-memory", *o.max_memory);
+    budget_what = fmt::format("--max-memory {}", llama::format_bytes(budget));
+  }
+  llama::Config cached = s.config;
+  cached.seq_len = s.cache_positions;
+  std::vector<llama::MemoryNeed> needs =
+      llama::memory_needs(cached, s.batch, static_cast<int64_t>(s.prompt.size()), s.data_parallel);
+  if (mpi_runtime() != nullptr) {  // each process holds its devices' share
+    for (llama::MemoryNeed& need : needs) {
+      need.bytes /= static_cast<uint64_t>(s.devices);
+      need.formula += fmt::format(", / {} processes", s.devices);
+    }
+  }
+  llama::check_memory(needs, budget, budget_what,
+                      "pass a smaller --seq-len, --batch or prompt, a smaller model, or more devices over MPI");
 }
 
 Setup make_setup(const LlamaOptions& o) {
@@ -123,7 +166,7 @@ Setup make_setup(const LlamaOptions& o) {
   }
   s.batch = 1;
   for (std::size_t a = 0; a < s.axis_names.size(); ++a) {
-    if (s.axis_names[a] == "data") s.batch = s.mesh_shape[a];
+    if (s.axis_names[a] == "data") s.batch = s.data_parallel = s.mesh_shape[a];
   }
   if (o.batch) s.batch = *o.batch;
   if (s.batch < 1) throw Error(fmt::format("--batch must be at least 1, got {}", s.batch));
@@ -140,6 +183,8 @@ Setup make_setup(const LlamaOptions& o) {
     s.prompt = {llama::Tokenizer::kBos};
   }
   if (s.prompt.empty()) throw Error("the prompt is empty; give at least one token");
+  size_cache(o, s);
+  check_run_memory(o, s);
   return s;
 }
 
@@ -188,7 +233,9 @@ RunOutcome generate_once(const LlamaOptions& o, const Setup& s, bool sharded, bo
   Progress progress(sharded ? fmt::format("{} devices", s.devices) : "1 device");
   progress.update(0, o.steps);
   {
-    llama::Model model(load_weights(o, s, plan ? &*plan : nullptr), plan);
+    llama::Weights weights = load_weights(o, s, plan ? &*plan : nullptr);
+    weights.config.seq_len = s.cache_positions;  // the cache size make_setup chose
+    llama::Model model(std::move(weights), plan);
     const auto started = std::chrono::steady_clock::now();
     model.trace(s.batch, static_cast<int64_t>(s.prompt.size()));
     out.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
@@ -290,6 +337,7 @@ int run_llama_command(const LlamaOptions& o) {
     out["prefill_tokens_per_s"] = prefill_tps;
     out["decode_tokens_per_s"] = decode_tps;
     out["compile_ms"] = run.compile_ms;
+    out["cache_positions"] = s.cache_positions;
     out["traces"] = traces;
     out["cache_hits"] = cache_hits;
     out["collectives_per_decode_step"] = per_kind;
@@ -307,9 +355,10 @@ int run_llama_command(const LlamaOptions& o) {
     for (std::size_t b = 0; b < g.tokens.size(); ++b) {
       std::cout << (g.tokens.size() > 1 ? fmt::format("[{}] ", b) : "") << row_text(s, g.tokens[b]) << "\n";
     }
-    std::cout << fmt::format("\n{} on {} device(s), mesh ({}) over ({}), batch {}, {} prompt token(s)\n",
+    std::cout << fmt::format("\n{} on {} device(s), mesh ({}) over ({}), batch {}, {} prompt token(s), "
+                             "a cache of {} positions\n",
                              s.config.to_string(), s.devices, fmt::join(s.mesh_shape, ", "),
-                             fmt::join(s.axis_names, ", "), s.batch, g.prompt_tokens);
+                             fmt::join(s.axis_names, ", "), s.batch, g.prompt_tokens, s.cache_positions);
     if (!run.plan_text.empty()) std::cout << "sharding plan: " << run.plan_text;
     std::cout << fmt::format("prefill {:.1f} tokens/s, decode {:.1f} tokens/s, compile {:.0f} ms, "
                              "{} traces, {} cache hits\n",

@@ -126,6 +126,10 @@ static void add_llama_command(CLI::App& app, cli::LlamaOptions& o) {
       ->excludes(prompt);
   c->add_option("--steps", o.steps, "Tokens to generate");
   c->add_option("--batch", o.batch, "Batch rows (default: the size of the 'data' axis)");
+  c->add_option("--seq-len", o.seq_len,
+                "KV cache positions, at most the model's context (default: what the prompt and --steps need)");
+  c->add_option("--max-memory", o.max_memory,
+                "Refuse runs that need more memory than this, e.g. 8G (default: the machine's available memory)");
   c->add_option("--temperature", o.temperature, "0: greedy (default); above 0: sampling");
   c->add_option("--top-p", o.top_p, "Nucleus sampling threshold when sampling");
   c->add_flag("--check", o.check, "Also generate on one device without sharding and compare (exit 1 on mismatch)");

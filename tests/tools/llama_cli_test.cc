@@ -34,8 +34,12 @@ TEST(LlamaCli, JsonContractAndCheck) {
   EXPECT_GE(out["collectives_per_decode_step"]["all-gather"].get<int>(), 4);
   EXPECT_FALSE(out["collectives_per_decode_step"].contains("all-to-all"));
   EXPECT_LT(out["max_abs_logit_diff"].get<double>(), 1e-2);
-  const std::vector<std::string> keys{"tokens", "text", "prefill_tokens_per_s", "decode_tokens_per_s", "compile_ms",
-                                      "traces", "cache_hits", "collectives_per_decode_step", "max_abs_logit_diff"};
+  // The cache holds what the run writes (3 prompt tokens + 6 steps - 1), not tiny's 64 positions.
+  EXPECT_EQ(out["cache_positions"], 8);
+  const std::vector<std::string> keys{"tokens",     "text",        "prefill_tokens_per_s",
+                                      "decode_tokens_per_s", "compile_ms", "cache_positions",
+                                      "traces",     "cache_hits",  "collectives_per_decode_step",
+                                      "max_abs_logit_diff"};
   std::vector<std::string> got;
   for (const auto& [key, value] : out.items()) got.push_back(key);
   EXPECT_EQ(got, keys);
@@ -143,11 +147,33 @@ TEST(LlamaCli, BadInputGivesOneErrorLine) {
            {"--mesh 4294967296,4294967296,1", "--mesh 4294967296,4294967296,1 has more than 2^20 devices"},
            // Checked on one device too, where no plan reads the names.
            {"--axis-names x,y,z", "--axis-names: \"x\" is not an axis of the plan, which uses data, fsdp and model"},
-           {"--axis-names data,data,model", "--axis-names names 'data' twice"}}) {
+           {"--axis-names data,data,model", "--axis-names names 'data' twice"},
+           {"--seq-len 65", "--seq-len 65 is outside 1..64, the model's context (its seq_len)"},
+           {"--max-memory 12X", "--max-memory: expected a size such as 8G, 512M or 1073741824 (bytes), got \"12X\""}}) {
     const CliResult bad = run_cli("llama --config tiny " + args);
     EXPECT_EQ(bad.status, 2) << args;
     EXPECT_NE(bad.err.find(message), std::string::npos) << args << ": " << bad.err;
   }
+  // Sizes decided before anything is allocated: what, how much, from which
+  // inputs, against which limit (a run on a machine's whole memory used to
+  // end in the OOM killer).
+  const CliResult weights = run_cli("llama --config stories15M --max-memory 1M");
+  EXPECT_EQ(weights.status, 1);
+  EXPECT_EQ(weights.err, "error: weights of 58 MiB (15191712 parameters x 4 bytes) exceeds --max-memory 1.0 MiB; pass "
+                         "a smaller --seq-len, --batch or prompt, a smaller model, or more devices over MPI\n");
+  const CliResult cache = run_cli("llama --config tiny --batch 100000 --seq-len 64 --max-memory 1G");
+  EXPECT_EQ(cache.status, 1);
+  EXPECT_NE(cache.err.find("error: KV cache of 2.3 GiB (batch 100000 x layers 2 x kv heads 3 x seq_len 64 x head_dim "
+                           "8 x 2 x 4 (keys and values, 4 bytes each)) exceeds --max-memory 1.0 GiB"),
+            std::string::npos)
+      << cache.err;
+  const CliResult total = run_cli("llama --config tiny --batch 10000 --seq-len 64 --max-memory 250M");
+  EXPECT_EQ(total.status, 1);
+  EXPECT_NE(total.err.find("error: the run needs 269 MiB (weights 259 KiB, KV cache 234 MiB, rotary tables 4.0 KiB, "
+                           "attention mask 128 bytes, activations of the prefill step 34 MiB), which exceeds "
+                           "--max-memory 250 MiB"),
+            std::string::npos)
+      << total.err;
   // A mesh without one of the plan's axes: which entry, and how to fix it.
   const CliResult two_axes = run_cli("llama --config tiny --axis-names data,model --mesh 4,2");
   EXPECT_EQ(two_axes.status, 1);

@@ -162,6 +162,29 @@ struct Generation {
 Generation generate(Model& model, const std::vector<std::vector<int64_t>>& prompts,
                     const SamplingOptions& options);
 
+// What a generation holds in memory, computed from the config and the
+// request before anything is allocated (issue: a small checkpoint with a
+// huge seq_len, or --batch 1000000, allocated until the machine died).
+struct MemoryNeed {
+  std::string what;     // "KV cache"
+  uint64_t bytes = 0;   // UINT64_MAX when the product overflows
+  std::string formula;  // "batch 4 x 32 layers x ... x 4 bytes"
+};
+
+// The weights (f32, each replicated over the mesh's `data` axis), the KV
+// cache, the rotary tables, the attention mask and the activations of the
+// prefill step, for `batch` rows of `prompt_length` tokens with a cache of
+// config.seq_len positions, held by all in-process devices together.
+std::vector<MemoryNeed> memory_needs(const Config& config, int64_t batch, int64_t prompt_length,
+                                     int64_t data_parallel = 1);
+// Throws when a need, or their sum, exceeds `budget_bytes`; the error names
+// the largest need, its size and formula, `budget_what` ("the 23 GiB this
+// machine has") and `advice` ("pass a smaller --seq-len or --batch").
+void check_memory(const std::vector<MemoryNeed>& needs, uint64_t budget_bytes, const std::string& budget_what,
+                  const std::string& advice);
+// Bytes as "1.5 GiB", "768 KiB", "12 bytes".
+std::string format_bytes(uint64_t bytes);
+
 // Samples one token from logits: argmax at temperature 0, else nucleus
 // sampling with `coin` uniform in [0, 1).
 int64_t sample_token(std::span<const float> logits, double temperature, double top_p, double coin);

@@ -1,0 +1,94 @@
+// What every shardflow fuzzer shares: the expected-error wrapper, and a
+// per-process scratch directory under /dev/shm for the loaders that take a
+// path.
+//
+// shardflow::Error (and its subclasses) is how shardflow rejects bad input,
+// so run() catches it; any other exception escapes LLVMFuzzerTestOneInput,
+// std::terminate aborts, and libFuzzer reports it as a crash with the
+// exception's type and what() (libstdc++'s verbose terminate handler).
+// SHARDFLOW_FUZZ_VERBOSE=1 prints each caught error (to check that seeds
+// reach the code they are meant to).
+#pragma once
+
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+#include "shardflow/base/error.h"
+
+namespace shardflow_fuzz {
+
+inline bool verbose() {
+  static const bool on = [] {
+    const char* value = std::getenv("SHARDFLOW_FUZZ_VERBOSE");
+    return value != nullptr && *value != '\0' && *value != '0';
+  }();
+  return on;
+}
+
+// Runs body(); a shardflow::Error is the expected outcome for bad input.
+template <class Body>
+void run(Body&& body) {
+  try {
+    body();
+  } catch (const shardflow::Error& e) {
+    if (verbose()) std::fprintf(stderr, "shardflow::Error: %s\n", e.what());
+  }
+}
+
+inline std::string_view as_text(const uint8_t* data, std::size_t size) {
+  return {reinterpret_cast<const char*>(data), size};
+}
+
+// /dev/shm/shardflow-fuzz-<name>-<pid>, created on first use and removed at
+// normal exit (a crashed run leaves it behind; it is small).
+class ScratchDir {
+ public:
+  explicit ScratchDir(const std::string& name) {
+    std::filesystem::path base = "/dev/shm";
+    std::error_code ec;
+    if (!std::filesystem::is_directory(base, ec)) base = std::filesystem::temp_directory_path();
+    path_ = base / ("shardflow-fuzz-" + name + "-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(path_, ec);
+    std::filesystem::create_directories(path_);
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// Replaces the file's content by the bytes (the same path every run).
+inline void write_file(const std::filesystem::path& path, const uint8_t* data, std::size_t size) {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) {
+    std::perror(path.c_str());
+    std::abort();  // the harness cannot work: not a finding in shardflow
+  }
+  if (size != 0 && std::fwrite(data, 1, size, f) != size) {
+    std::perror(path.c_str());
+    std::abort();
+  }
+  std::fclose(f);
+}
+
+inline void write_file(const std::filesystem::path& path, std::string_view text) {
+  write_file(path, reinterpret_cast<const uint8_t*>(text.data()), text.size());
+}
+
+}  // namespace shardflow_fuzz
