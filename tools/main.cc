@@ -1,5 +1,6 @@
 // The `shardflow` command-line program.
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include <charconv>
 #include <cstdio>
@@ -11,6 +12,7 @@
 #include "cli_util.h"
 #include "commands.h"
 #include "shardflow/base/error.h"
+#include "shardflow/base/text.h"
 #include "shardflow/runtime/runtime.h"
 
 namespace cli = shardflow::cli;
@@ -19,11 +21,31 @@ namespace cli = shardflow::cli;
 // one-space hanging indent: a line break and that indent become the one
 // space between elements, so the padding of the elements stays as numpy
 // prints it on a wide enough line.
+// An error message as one line a terminal shows safely: line breaks joined,
+// control characters and bytes that are not UTF-8 escaped (\xNN), and at
+// most kMaxErrorBytes of it (a 50 MB argument used to come back whole).
 static std::string one_line(std::string message) {
+  constexpr std::size_t kMaxErrorBytes = 4096;
   for (std::size_t at = message.find('\n'); at != std::string::npos; at = message.find('\n', at)) {
     message.replace(at, at + 1 < message.size() && message[at + 1] == ' ' ? 2 : 1, " ");
   }
-  return message;
+  std::string out;
+  std::size_t i = 0;
+  for (; i < message.size() && i < kMaxErrorBytes; ++i) {
+    const auto c = static_cast<unsigned char>(message[i]);
+    if (c >= 0x20 && c < 0x7F) {
+      out += static_cast<char>(c);
+    } else if (const shardflow::CodePoint code = c >= 0x80 ? shardflow::decode_utf8(message, i)
+                                                            : shardflow::CodePoint{};
+               code.length > 0) {
+      out.append(message, i, code.length);
+      i += code.length - 1;
+    } else {
+      out += fmt::format("\\x{:02x}", c);
+    }
+  }
+  if (i < message.size()) out += fmt::format("... ({} more bytes)", message.size() - i);
+  return out;
 }
 
 static constexpr const char* kBackendHelp =

@@ -54,6 +54,19 @@ TEST(IrCli, BadIrIsOneErrorLineWithStatus1) {
     EXPECT_EQ(endless.status, 1) << device;
     EXPECT_NE(endless.err.find("is not IR text: it has a NUL byte at offset"), std::string::npos) << endless.err;
   }
+  // An error line is bounded and shows control bytes and bad UTF-8 escaped,
+  // however long or strange the input it quotes.
+  const std::string long_node = write("long.ir", "func @f(%x: f32[2]) -> (f32[2]) {\n  %y = aten::relu(%x, " +
+                                                     std::string(200000, 'a') + "\x1b\xff) : f32[2]\n  return %y\n}\n");
+  const CliResult long_error = run_cli("ir " + long_node);
+  EXPECT_EQ(long_error.status, 1);
+  EXPECT_LT(long_error.err.size(), 4200u);
+  EXPECT_NE(long_error.err.find("more bytes)\n"), std::string::npos) << long_error.err.substr(0, 200);
+  const std::string strange = write("strange.ir", "func @f(%x: f32[2]) -> (f32[2]) {\n  %y = aten::relu(%x) \x1b[31m\xff\n}\n");
+  const CliResult strange_error = run_cli("ir " + strange);
+  EXPECT_EQ(strange_error.status, 1);
+  EXPECT_EQ(strange_error.err.find('\x1b'), std::string::npos) << strange_error.err;
+  EXPECT_EQ(strange_error.err.find('\xff'), std::string::npos) << strange_error.err;
   // Arguments are checked when the graph is verified (ir, partition), not
   // first when it runs, with the node and its line.
   const std::string bogus = write("bogus.ir",
