@@ -4,6 +4,8 @@
 
 #include <charconv>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <new>
 #include <optional>
@@ -197,11 +199,19 @@ int main(int argc, char** argv) {
   if (use_mpi) {
     std::string command_line;
     for (int i = 1; i < argc; ++i) command_line += (i > 1 ? " " : "") + std::string(argv[i]);
+    // Read before MPI starts: a singleton Open MPI sets these variables itself.
+    const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr ||
+                          std::getenv("PMIX_RANK") != nullptr;
     try {
       mpi.emplace(shardflow::Runtime::mpi({.job_fingerprint = command_line}));
     } catch (const shardflow::Error& error) {
       std::cerr << "error: " << one_line(error.what()) << "\n";
       return 1;
+    }
+    // One rank and no MPI launcher: most likely not started with mpirun.
+    if (mpi->process_count() == 1 && !launched) {
+      std::cerr << "note: --backend mpi runs one device per MPI rank and this job has 1 rank; start it with "
+                   "mpirun -n <devices> (or use --backend local)\n";
     }
     cli::set_mpi_runtime(&*mpi);
     if (mpi->process_index() != 0) std::cout.setstate(std::ios::badbit);
@@ -224,6 +234,10 @@ int main(int argc, char** argv) {
     return fail(error.what(), 1);
   } catch (const std::bad_alloc&) {
     return fail("out of memory", 1);
+  } catch (const std::filesystem::filesystem_error& error) {  // a path given on the command line
+    return fail(fmt::format("cannot access {}: {}", shardflow::quote_for_message(error.path1().string(), 200),
+                            error.code().message()),
+                1);
   } catch (const std::exception& error) {  // a bug: still one line, not an abort
     return fail(std::string("internal: ") + error.what(), 1);
   }

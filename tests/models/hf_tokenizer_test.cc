@@ -478,6 +478,9 @@ TEST(HfTokenizer, UnsupportedOrInconsistentFilesNameTheField) {
        "model.merges[10] is an array, expected"},
       {[](json& j) { j["model"]["vocab"]["zz"] = 4000; },
        "model.vocab[\"zz\"] is 4000, outside the model's vocabulary of 320"},
+      // 2^63 is past int64: out of range, not read as a negative id.
+      {[](json& j) { j["model"]["vocab"]["zz"] = uint64_t{1} << 63; },
+       "model.vocab[\"zz\"] is 9223372036854775808, outside the model's vocabulary of 320"},
       {[](json& j) { j["model"]["vocab"]["zz"] = "5"; },
        "model.vocab[\"zz\"] is a string, expected an integer id"},
       {[](json& j) { j["model"]["vocab"]["zz"] = 260; },

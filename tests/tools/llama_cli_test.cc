@@ -1,6 +1,7 @@
 // The `shardflow llama` contract that scripts rely on.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -154,6 +155,13 @@ TEST(LlamaCli, BadInputGivesOneErrorLine) {
     EXPECT_EQ(bad.status, 2) << args;
     EXPECT_NE(bad.err.find(message), std::string::npos) << args << ": " << bad.err;
   }
+  // A path the filesystem cannot resolve: which path and why, not "internal".
+  const std::filesystem::path loop = std::filesystem::path(testing::TempDir()) / "symlink_loop";
+  std::filesystem::remove(loop);
+  std::filesystem::create_symlink(loop, loop);
+  const CliResult looped = run_cli("llama --weights " + loop.string());
+  EXPECT_EQ(looped.status, 1);
+  EXPECT_EQ(looped.err, "error: cannot access \"" + loop.string() + "\": Too many levels of symbolic links\n");
   // Sizes decided before anything is allocated: what, how much, from which
   // inputs, against which limit (a run on a machine's whole memory used to
   // end in the OOM killer).

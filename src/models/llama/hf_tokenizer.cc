@@ -193,6 +193,11 @@ class TokenizerJson {
     const auto add = [&](const std::string& text, const Json& id_value, const std::string& field) -> int64_t {
       if (!id_value.is_number_integer())
         fail(field, fmt::format("is {}, expected an integer id", describe(id_value)));
+      // An unsigned id past int64's range is out of range too, not negative.
+      if (id_value.is_number_unsigned() && id_value.get<uint64_t>() >= static_cast<uint64_t>(vocab_size)) {
+        fail(field, fmt::format("is {}, outside the model's vocabulary of {} tokens (vocab_size)",
+                                id_value.get<uint64_t>(), vocab_size));
+      }
       const auto id = id_value.get<int64_t>();
       if (id < 0 || id >= vocab_size) {
         fail(field, fmt::format("is {}, outside the model's vocabulary of {} tokens (vocab_size)",
