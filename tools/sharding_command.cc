@@ -31,15 +31,20 @@ static std::vector<int64_t> iota_ids(int64_t count) {
   return ids;
 }
 
-static nlohmann::ordered_json layout_json(const ShardLayout& layout) {
-  nlohmann::ordered_json shards = nlohmann::ordered_json::array();
-  for (const DeviceShard& shard : layout.shards) {
-    nlohmann::ordered_json slices = nlohmann::ordered_json::array();
-    for (const DimSlice& slice : shard.slices) slices.push_back({slice.start, slice.stop});
-    shards.push_back({{"device", shard.device}, {"replica_id", shard.replica_id},
-                      {"slices", std::move(slices)}});
+// The layout as JSON, written as it goes: a tree of 2^20 shards x 64 dims
+// took 7.6 GB before the first byte was printed.
+static void write_layout_json(std::ostream& out, const ShardLayout& layout) {
+  out << ",\"shard_shape\":" << nlohmann::json(layout.shard_shape).dump() << ",\"shards\":[";
+  for (std::size_t i = 0; i < layout.shards.size(); ++i) {
+    const DeviceShard& shard = layout.shards[i];
+    out << (i > 0 ? "," : "") << "{\"device\":" << shard.device << ",\"replica_id\":" << shard.replica_id
+        << ",\"slices\":[";
+    for (std::size_t d = 0; d < shard.slices.size(); ++d) {
+      out << (d > 0 ? "," : "") << '[' << shard.slices[d].start << ',' << shard.slices[d].stop << ']';
+    }
+    out << "]}";
   }
-  return shards;
+  out << ']';
 }
 
 int run_sharding_command(const ShardingOptions& options) {
@@ -78,12 +83,11 @@ int run_sharding_command(const ShardingOptions& options) {
   std::optional<ShardLayout> layout;
   if (shape) layout = shard_layout(sharding, *shape);
   if (options.format == "json") {
-    nlohmann::ordered_json out = {{"v1", v1}, {"v2", v2}, {"type", type}, {"readable", readable}};
-    if (layout) {
-      out["shard_shape"] = layout->shard_shape;
-      out["shards"] = layout_json(*layout);
-    }
-    std::cout << out.dump() << "\n";
+    const nlohmann::ordered_json head = {{"v1", v1}, {"v2", v2}, {"type", type}, {"readable", readable}};
+    const std::string text = head.dump();
+    std::cout << std::string_view(text).substr(0, text.size() - 1);  // without its closing brace
+    if (layout) write_layout_json(std::cout, *layout);
+    std::cout << "}\n";
     return 0;
   }
 

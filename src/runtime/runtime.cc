@@ -162,9 +162,14 @@ void LocalRuntime::run(const Program& program) {
 }  // namespace
 
 Runtime Runtime::local(int64_t num_devices) {
-  if (num_devices < 1 || num_devices > kMaxMeshSize) {
-    throw Error(fmt::format("Runtime::local: the device count must be in [1, {}], got {}",
-                            kMaxMeshSize, num_devices));
+  // Each in-process device is a thread with its own stack and buffers: past
+  // a few thousand the process runs out of threads or memory before the
+  // first op (a mesh may still have up to 2^20 devices over MPI).
+  constexpr int64_t kMaxLocalDevices = 4096;
+  if (num_devices < 1 || num_devices > kMaxLocalDevices) {
+    throw Error(fmt::format("Runtime::local: the device count must be in [1, {}] (in-process devices are threads; "
+                            "run more as MPI ranks), got {}",
+                            kMaxLocalDevices, num_devices));
   }
   return Runtime(std::make_unique<LocalRuntime>(num_devices));
 }

@@ -145,6 +145,16 @@ TEST_F(Runtime, RejectsNestedRuns) {
 TEST_F(Runtime, RejectsBadDeviceCounts) {
   EXPECT_THROW(sf::Runtime::local(0), sf::Error);
   EXPECT_THROW(sf::Runtime::local(-3), sf::Error);
+  // A thread per device: a million would end the process, not the run.
+  try {
+    sf::Runtime::local(1 << 20);
+    ADD_FAILURE() << "2^20 in-process devices were accepted";
+  } catch (const sf::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("must be in [1, 4096] (in-process devices are threads; run more as MPI "
+                                         "ranks), got 1048576"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST_F(Runtime, SingleDevice) {
