@@ -5,10 +5,12 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include <chrono>
 #include <optional>
+#include <tuple>
 
 #include "arrays.h"
 #include "bindings.h"
@@ -21,6 +23,7 @@
 #include "shardflow/runtime/executor.h"
 #include "shardflow/runtime/runtime.h"
 #include "shardflow/runtime/spmd_runner.h"
+#include "shardflow/tensor/gemm.h"
 #include "shardflow/trace/compile.h"
 #include "shardflow/trace/interpreter.h"
 #include "shardflow/trace/profile.h"
@@ -302,6 +305,12 @@ void bind_graph(nb::module_& m) {
   m.def("partition", &partition, "graph"_a, "shardings"_a.none() = nb::none(),
         "Partitions a graph into one per-device program (propagating first unless given the result).");
 
+  m.def("_blas_kernel_check",
+        [] {
+          const BlasKernelCheck check = check_blas_kernels();
+          return std::make_tuple(check.corename, check.cpu_isa, check.better_core);
+        },
+        "(OpenBLAS's kernel set, the CPU's widest vector ISA, a better OPENBLAS_CORETYPE or '').");
   m.def("_runner_id", [] { return reinterpret_cast<std::uintptr_t>(graph_runner()); },
         "Identifies what runs graphs now (the one-device interpreter or a runtime's devices).");
   nb::class_<OpProfile>(m, "OpProfile",

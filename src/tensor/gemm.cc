@@ -3,8 +3,10 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cctype>
 #include <atomic>
 #include <cstring>
+#include <utility>
 
 #include "gemv.h"
 #include "shardflow/tensor/parallel.h"
@@ -95,5 +97,51 @@ void gemm_f32(const GemmShape& s, const float* a, const float* b, float* c, bool
 void set_kernel_threads(int threads) { thread_count().store(std::max(threads, 1), std::memory_order_relaxed); }
 
 int kernel_threads() { return thread_count().load(std::memory_order_relaxed); }
+
+namespace {
+
+// OpenBLAS core names by the widest vector instructions their kernels use.
+int core_level(const std::string& corename) {
+  static const std::pair<const char*, int> kCores[] = {
+      {"Prescott", 0},     {"Core2", 0},         {"Penryn", 0},     {"Dunnington", 0}, {"Nehalem", 0},
+      {"Atom", 0},         {"Barcelona", 0},     {"Opteron", 0},    {"Opteron_SSE3", 0}, {"Bobcat", 0},
+      {"Sandybridge", 1},  {"Bulldozer", 1},     {"Piledriver", 1}, {"Steamroller", 1}, {"Excavator", 1},
+      {"Haswell", 2},      {"Zen", 2},           {"SkylakeX", 3},   {"Cooperlake", 3},  {"SapphireRapids", 3}};
+  for (const auto& [name, level] : kCores) {
+    if (corename == name) return level;
+  }
+  return -1;
+}
+
+int cpu_level() {
+  if (__builtin_cpu_supports("avx512f")) return 3;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return 2;
+  if (__builtin_cpu_supports("avx")) return 1;
+  return 0;
+}
+
+}  // namespace
+
+std::string better_blas_core(const std::string& corename, int level) {
+  const int have = core_level(corename);
+  if (have < 0 || have >= level) return "";
+  static const char* const kBest[] = {"", "Sandybridge", "Haswell", "SkylakeX"};
+  return kBest[std::clamp(level, 0, 3)];
+}
+
+BlasKernelCheck check_blas_kernels() {
+  static const char* const kIsa[] = {"SSE", "AVX", "AVX2", "AVX-512"};
+  const char* name = openblas_get_corename();
+  BlasKernelCheck check;
+  check.corename = name != nullptr ? name : "";
+  // OpenBLAS names cores in lower case in some versions ("prescott").
+  if (!check.corename.empty()) {
+    check.corename[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(check.corename[0])));
+  }
+  const int level = cpu_level();
+  check.cpu_isa = kIsa[level];
+  check.better_core = better_blas_core(check.corename, level);
+  return check;
+}
 
 }  // namespace shardflow

@@ -208,3 +208,19 @@ TEST(Gemm, BlocksSplitOverThreadsGiveTheBitsOfOneThread) {
 }
 
 }  // namespace
+
+// OpenBLAS's kernels against the CPU: narrower ones are replaced by the
+// widest core for the CPU's level; cores as wide (or unknown) are left.
+TEST(BlasKernels, ABetterCoreOnlyWhenTheKernelsAreNarrowerThanTheCpu) {
+  EXPECT_EQ(sf::better_blas_core("Prescott", 3), "SkylakeX");  // the Xeon of issue 29
+  EXPECT_EQ(sf::better_blas_core("Prescott", 2), "Haswell");
+  EXPECT_EQ(sf::better_blas_core("Nehalem", 1), "Sandybridge");
+  EXPECT_EQ(sf::better_blas_core("Haswell", 3), "SkylakeX");
+  EXPECT_EQ(sf::better_blas_core("Cooperlake", 3), "");  // Zen 4 is detected so: fine
+  EXPECT_EQ(sf::better_blas_core("Zen", 2), "");
+  EXPECT_EQ(sf::better_blas_core("SkylakeX", 2), "");    // wider than needed is the CPU's business
+  EXPECT_EQ(sf::better_blas_core("SomethingNew", 3), "");
+  const sf::BlasKernelCheck here = sf::check_blas_kernels();
+  EXPECT_FALSE(here.corename.empty());
+  EXPECT_FALSE(here.cpu_isa.empty());
+}

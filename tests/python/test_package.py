@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import os
 import pathlib
 
 import shardflow as sf
@@ -34,3 +35,21 @@ def test_public_names_are_exported():
     assert llama.generate is sf._core.llama.generate
     assert issubclass(sf.Error, RuntimeError)
     assert issubclass(sf.InvalidShardingError, (ValueError)) and issubclass(sf.InvalidShardingError, sf.Error)
+
+
+def test_narrow_blas_kernels_are_named_once_at_import():
+    """OPENBLAS_CORETYPE forcing SSE3 kernels on a CPU with AVX2 or wider: one
+    RuntimeWarning at import that says which variable to set."""
+    import subprocess
+    import sys
+
+    corename, isa, _ = sf._core._blas_kernel_check()
+    assert corename and isa
+    env = {**os.environ, "OPENBLAS_CORETYPE": "Prescott", "PYTHONPATH": os.pathsep.join(sys.path)}
+    result = subprocess.run([sys.executable, "-W", "always", "-c", "import shardflow"], capture_output=True, text=True,
+                            env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    if isa in ("AVX2", "AVX-512"):
+        assert result.stderr.count("RuntimeWarning: OPENBLAS_CORETYPE=Prescott makes OpenBLAS use its Prescott "
+                                   "kernels on this") == 1, result.stderr
+        assert "OPENBLAS_CORETYPE=SkylakeX" in result.stderr or "OPENBLAS_CORETYPE=Haswell" in result.stderr

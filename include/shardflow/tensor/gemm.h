@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace shardflow {
 
@@ -35,5 +36,21 @@ int kernel_threads();
 
 // How many kernel calls so far were split over more than one thread.
 int64_t parallel_kernel_calls();
+
+// Whether OpenBLAS runs kernels as wide as the CPU's vector units. Its
+// DYNAMIC_ARCH picks a kernel set by CPU model number, and a model it does
+// not know gets its Prescott (SSE3) kernels: a fifth of the speed on an
+// AVX-512 Xeon. It reads OPENBLAS_CORETYPE only when it loads, so the fix
+// is that variable in the environment of a new process.
+struct BlasKernelCheck {
+  std::string corename;      // openblas_get_corename(): "Cooperlake", "Prescott", ...
+  std::string cpu_isa;       // the widest the CPU has: "AVX-512", "AVX2", "AVX", "SSE"
+  std::string better_core;   // an OPENBLAS_CORETYPE for this CPU, when the kernels are narrower; else empty
+};
+BlasKernelCheck check_blas_kernels();
+// The same decision for a given core name and CPU level (0 SSE, 1 AVX,
+// 2 AVX2+FMA, 3 AVX-512): the core to ask for, or "" when `corename`
+// already matches (or is one this check does not know).
+std::string better_blas_core(const std::string& corename, int cpu_level);
 
 }  // namespace shardflow
