@@ -22,6 +22,7 @@
 #include "shardflow/base/error.h"
 #include "shardflow/models/checkpoint.h"
 #include "shardflow/models/tokenizer.h"
+#include "shardflow/shardflow.h"
 
 namespace fs = std::filesystem;
 namespace llama = shardflow::llama;
@@ -295,7 +296,7 @@ void tokenizer_json_seeds(const fs::path& out) {
   const std::string m = "\xE2\x96\x81";
   const std::vector<std::string> pieces = {m, "h", "e", "l", "o", "w", "r", "d", "he", "ll", "llo", "hello",
                                            m + "h", m + "hello", "or", "ld", "wor", "world", m + "world"};
-  const std::vector<std::string> merges = {"h e", "l l", "ll o", "he llo", m + " h", m + "h ello", "o r", "l d",
+  const std::vector<std::string> merges = {"h e", "l l", "ll o", "he llo", m + " h", m + " hello", "o r", "l d",
                                            "w or", "wor ld", m + " world"};
   const Json base = llama_style(pieces, merges);
   write(dir / "llama2_prepend.json", base.dump());
@@ -342,6 +343,40 @@ void tokenizer_json_seeds(const fs::path& out) {
   write(dir / "not_json.json", "{\"model\": ");
 }
 
+// IR text printed from traced programs: a decoder block touching most op
+// families (with an annotation), and a graph with indexing and creation ops.
+void ir_text_seeds(const fs::path& out) {
+  namespace sf = shardflow;
+  const fs::path dir = out / "ir_text";
+  const sf::Mesh mesh({0, 1, 2, 3}, {2, 2}, {"data", "model"});
+  const sf::Tensor wq = sf::randn({8, 8}, 1), wk = sf::randn({4, 8}, 2), norm = sf::ones({8});
+  auto block = sf::compile([&](sf::Tensor x) {
+    sf::Tensor h = sf::rms_norm(x, {8}, norm, 1e-5);
+    h = sf::mark_sharding(h, mesh, {"data", sf::none, sf::none});
+    const sf::Tensor q = sf::transpose(sf::reshape(sf::linear(h, wq), {2, 3, 2, 4}), 1, 2);
+    const sf::Tensor k = sf::transpose(sf::reshape(sf::linear(h, wk), {2, 3, 1, 4}), 1, 2);
+    const sf::Tensor kk = sf::expand(k, {2, 2, 3, 4});
+    sf::Tensor a = sf::scaled_dot_product_attention(q, kk, kk, std::nullopt, true);
+    a = sf::reshape(sf::transpose(a, 1, 2), {2, 3, 8});
+    sf::Tensor y = sf::add(x, sf::silu(a) * sf::sigmoid(a), 0.5);
+    return sf::softmax(sf::gelu(y, "tanh"), -1);
+  });
+  write(dir / "traced_block.ir", sf::print_graph(block.trace(sf::randn({2, 3, 8}, 3))));
+  const sf::Tensor table = sf::randn({10, 4}, 4);
+  auto indexing = sf::compile([&](sf::Tensor tokens) {
+    const sf::Tensor e = sf::embedding(table, tokens);
+    const sf::Tensor s = sf::sum(e, {-1}, true);
+    const sf::Tensor c = sf::cat({e, sf::log_softmax(e, 2)}, 2);
+    const sf::Tensor t = sf::tril(sf::select(c, 0, 1));
+    const sf::Tensor w = sf::where(sf::gt(s, sf::zeros({})), s, sf::neg(s));
+    return std::vector<sf::Tensor>{sf::slice(t, 1, 0, 4, 2), sf::argmax(sf::flatten(w)),
+                                   sf::stack({sf::amax(e, {0}), sf::mean(e, {0})}, 1),
+                                   sf::index_select(e, 1, sf::arange(2))};
+  });
+  const sf::Tensor tokens = sf::Tensor(sf::DenseTensor::zeros(sf::DType::kI64, {2, 3}));
+  write(dir / "traced_indexing.ir", sf::print_graph(indexing.trace(tokens)));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -360,6 +395,7 @@ int main(int argc, char** argv) {
     hf_config_seeds(out, tmp);
     tokenizer_bin_seeds(out, tmp);
     tokenizer_json_seeds(out);
+    ir_text_seeds(out);
     fs::remove_all(tmp);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
