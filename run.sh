@@ -3,7 +3,8 @@
 #
 #   ./run.sh demo   install the Debian packages, build (release), run the demo
 #   ./run.sh test   install the Debian and Python packages, build release (with
-#                   the Python module) and asan, run every test (ctest, pytest)
+#                   the Python module), asan and fuzz, run every test (ctest,
+#                   pytest, ctest under ASan+UBSan, libFuzzer on every parser)
 #
 # Packages are installed with apt-get when run as root; otherwise the script
 # prints the apt-get line to run and stops.
@@ -12,7 +13,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")"
 
 PACKAGES=(g++ cmake ninja-build pkg-config libfmt-dev nlohmann-json3-dev libcli11-dev
           libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
-          libopenmpi-dev openmpi-bin)
+          libopenmpi-dev openmpi-bin clang-14 libclang-rt-14-dev)
 
 install_packages() {
   local missing=()
@@ -74,6 +75,9 @@ run_tests() {
   build asan
   echo "==> tests (asan: AddressSanitizer + UndefinedBehaviorSanitizer)"
   ctest --preset asan
+  build fuzz
+  echo "==> fuzzing: libFuzzer on every parser and loader (ASan + UBSan), 20 s each"
+  ctest --preset fuzz
 }
 
 case "${1:-}" in
