@@ -184,6 +184,16 @@ class LiteralParser {
   explicit LiteralParser(std::string_view text) : text_(text) {}
 
   PyValue parse_top_level() {
+    // Python source is UTF-8: a stray byte would parse into a str that repr()
+    // prints as an escape, which reads back as another value.
+    for (std::size_t i = 0; i < text_.size(); ++i) {
+      if (static_cast<unsigned char>(text_[i]) < 0x80) continue;
+      const CodePoint code = decode_utf8(text_, i);
+      if (code.length == 0) {
+        fail_message(i, fmt::format("the text is not UTF-8 (byte 0x{:02x})", static_cast<unsigned char>(text_[i])));
+      }
+      i += code.length - 1;
+    }
     skip_space();
     PyValue first = parse_value(0);
     skip_space();

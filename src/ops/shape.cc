@@ -237,11 +237,15 @@ OpShardingRule reshape_rule(const OpArgs& args, std::span<const TensorType> inpu
         }
       }
     }
-    for (; i < in_end; next_in()) {
+    while (i < in_end) {
       const FactorKind kind = in[i] == 1 ? FactorKind::kPassThrough : FactorKind::kNeedReplication;
       builder.add_factor(in_dim(), {-1}, in_left, kind);
+      next_in();
     }
-    for (; o < out_end; next_out()) builder.add_factor(no_operand, out_dim(), out_left);
+    while (o < out_end) {
+      builder.add_factor(no_operand, out_dim(), out_left);
+      next_out();
+    }
   }
   return builder.build();
 }

@@ -116,8 +116,8 @@ class Search {
       for (auto& [move, step] : moves(state, arrival && arrival->move.kind == LayoutMove::Kind::kPermute)) {
         const Cost reached = entry.cost + step;
         State next{move.after, state.unreduced};
-        std::erase_if(next.unreduced, [&](int axis) {
-          return std::find(move.reduced.begin(), move.reduced.end(), axis) != move.reduced.end();
+        std::erase_if(next.unreduced, [&reduced = move.reduced](int axis) {
+          return std::find(reduced.begin(), reduced.end(), axis) != reduced.end();
         });
         const auto found = best_.find(next);
         if (found != best_.end() && !(reached < found->second.first)) continue;

@@ -77,7 +77,7 @@ class DeviceRun {
  public:
   // `timed`: time each instruction, for times().
   DeviceRun(const PartitionedProgram& program, int64_t device, Communicator& comm, bool timed)
-      : program_(program), mesh_(*program.mesh), device_(device), comm_(comm), timed_(timed),
+      : program_(program), mesh_(*program.mesh), comm_(comm), timed_(timed),
         coords_(mesh_.coords_of(device)), slots_(program.slots.size()) {}
 
   // Per op kind: the calls and seconds of this run (when timed).
@@ -368,7 +368,6 @@ class DeviceRun {
 
   const PartitionedProgram& program_;
   const Mesh& mesh_;
-  int64_t device_;
   Communicator& comm_;
   bool timed_;
   detail::RunTimes times_;

@@ -121,6 +121,10 @@ TEST(PythonLiteral, MalformedLiteralsNameColumnAndExpectation) {
       {"r", "at column 1: the name 'r' is not a literal"},
       {"ru'a'", "at column 1: the name 'ru' is not a literal"},
       {"b'a'", "at column 1: bytes literals (b'...') are not supported here; write a str"},
+      // Found by fuzzing: a stray byte made a str whose repr() reads back as
+      // another value. Python source is UTF-8, so the text is refused.
+      {"'\xd9'", "at column 2: the text is not UTF-8 (byte 0xd9)"},
+      {"('x', '\xe2\x82')", "at column 8: the text is not UTF-8 (byte 0xe2)"},
       {"('x', Rb'a')", "at column 7: bytes literals"},
       {"f'{1}'", "at column 1: an f-string is not a literal"},
       {"r'a", "at column 1: unterminated string literal"},
