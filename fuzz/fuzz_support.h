@@ -7,7 +7,9 @@
 // std::terminate aborts, and libFuzzer reports it as a crash with the
 // exception's type and what() (libstdc++'s verbose terminate handler).
 // SHARDFLOW_FUZZ_VERBOSE=1 prints each caught error (to check that seeds
-// reach the code they are meant to).
+// reach the code they are meant to). SHARDFLOW_FUZZ_ROUNDTRIP=1 makes the
+// text fuzzers (ir_text, hlo_sharding, python_literal) also check that what
+// they print parses back to the same thing; a difference aborts (a finding).
 #pragma once
 
 #include <unistd.h>
@@ -26,12 +28,29 @@
 
 namespace shardflow_fuzz {
 
+inline bool env_flag(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' && *value != '0';
+}
+
 inline bool verbose() {
-  static const bool on = [] {
-    const char* value = std::getenv("SHARDFLOW_FUZZ_VERBOSE");
-    return value != nullptr && *value != '\0' && *value != '0';
-  }();
+  static const bool on = env_flag("SHARDFLOW_FUZZ_VERBOSE");
   return on;
+}
+
+inline bool roundtrip() {
+  static const bool on = env_flag("SHARDFLOW_FUZZ_ROUNDTRIP");
+  return on;
+}
+
+// A broken invariant (SHARDFLOW_FUZZ_ROUNDTRIP): prints it and aborts, so
+// libFuzzer saves the input.
+[[noreturn]] inline void invariant_failed(std::string_view what, std::string_view first,
+                                          std::string_view second = {}) {
+  std::fprintf(stderr, "shardflow fuzz invariant failed: %.*s\n--- first:\n%.*s\n--- second:\n%.*s\n",
+               static_cast<int>(what.size()), what.data(), static_cast<int>(first.size()), first.data(),
+               static_cast<int>(second.size()), second.data());
+  std::abort();
 }
 
 // Runs body(); a shardflow::Error is the expected outcome for bad input.
