@@ -46,3 +46,20 @@ def cli():
         return json.loads(result.stdout)
 
     return run
+
+
+@pytest.fixture
+def spmd():
+    """Starts `n` in-process devices for one test (spmd(n)), with a fresh Dynamo cache; shuts them down after."""
+    import torch
+
+    import shardflow.torch.runtime as xr
+
+    def start(n: int):
+        xr.shutdown()
+        torch._dynamo.reset()
+        return xr.use_spmd(devices=n)
+
+    yield start
+    xr.shutdown()
+    torch._dynamo.reset()

@@ -18,20 +18,6 @@ import shardflow.torch.runtime as xr
 import shardflow.torch.spmd as xs
 
 
-@pytest.fixture
-def spmd():
-    """Starts `n` in-process devices for one test, with a fresh Dynamo cache."""
-
-    def start(n: int) -> sf.Runtime:
-        xr.shutdown()
-        torch._dynamo.reset()
-        return xr.use_spmd(devices=n)
-
-    yield start
-    xr.shutdown()
-    torch._dynamo.reset()
-
-
 def compiled(fn):
     return torch.compile(fn, backend="shardflow")
 

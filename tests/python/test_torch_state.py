@@ -17,18 +17,6 @@ import shardflow.torch.spmd as xs
 from shardflow.torch import _state
 
 
-@pytest.fixture
-def spmd():
-    def start(n: int) -> sf.Runtime:
-        xr.shutdown()
-        torch._dynamo.reset()
-        return xr.use_spmd(devices=n)
-
-    yield start
-    xr.shutdown()
-    torch._dynamo.reset()
-
-
 # Each writes rows `x` [B, 1, D] at position `pos` (a 1-element i64 tensor)
 # into `cache` [B, S, D], as people write a cache update.
 WRITES = {
