@@ -111,14 +111,21 @@ struct ReshardWhy {
   bool reduction_shared = false;
 };
 
+// Whether one all-to-all turns `before` into `after`: every dim keeps its
+// axes, loses some from its minor end or gains some at it (none both), the
+// axes lost are the axes gained, and the tiles of each dim nest (a dim that
+// loses axes is gathered over them, one that gains is sliced: tiles_nest).
+bool all_to_all_makes(const Mesh& mesh, const Shape& global, const DimAxes& before, const DimAxes& after);
+// The axes such an all-to-all runs over: those each dim loses, dim by dim.
+std::vector<int> all_to_all_axes(const DimAxes& before, const DimAxes& after);
+
 // One step of a reshard: a layout move, or a reduction of partial sums.
 struct LayoutMove {
   enum class Kind { kAllGather, kAllToAll, kSlice, kPermute, kReduceScatter, kAllReduce };
   Kind kind;
-  DimAxes after;         // the layout it makes
-  int dim = -1;          // the dim gathered, sliced or scattered onto; an all-to-all's destination
-  int from_dim = -1;     // an all-to-all's source
-  std::size_t kept = 0;  // axes the gathered dim (or the all-to-all's source) keeps
+  DimAxes after;         // the layout it makes (all that tells an all-to-all)
+  int dim = -1;          // the dim gathered, sliced or scattered onto
+  std::size_t kept = 0;  // axes the gathered dim keeps
   std::vector<int> reduced;  // the partial axes a reduction sums over, in scatter order
   bool operator==(const LayoutMove&) const = default;
 };

@@ -97,6 +97,34 @@ Shape padded_shape(const Mesh& mesh, const Shape& global, const DimAxes& dims) {
   return shape;
 }
 
+bool all_to_all_makes(const Mesh& mesh, const Shape& global, const DimAxes& before, const DimAxes& after) {
+  std::vector<int> lost, gained;
+  for (std::size_t d = 0; d < before.size(); ++d) {
+    const std::vector<int>& b = before[d];
+    const std::vector<int>& a = after[d];
+    const bool loses = a.size() < b.size(), gains = a.size() > b.size();
+    if (!(loses ? starts_with(b, a) : starts_with(a, b))) return false;
+    // The dim losing axes is gathered over them, the dim gaining is sliced.
+    if (loses && !tiles_nest(mesh, global[d], b, a.size())) return false;
+    if (gains && !tiles_nest(mesh, global[d], a, b.size())) return false;
+    lost.insert(lost.end(), b.begin() + static_cast<std::ptrdiff_t>(std::min(a.size(), b.size())), b.end());
+    gained.insert(gained.end(), a.begin() + static_cast<std::ptrdiff_t>(std::min(a.size(), b.size())), a.end());
+  }
+  std::sort(lost.begin(), lost.end());
+  std::sort(gained.begin(), gained.end());
+  return !lost.empty() && lost == gained;
+}
+
+std::vector<int> all_to_all_axes(const DimAxes& before, const DimAxes& after) {
+  std::vector<int> axes;
+  for (std::size_t d = 0; d < before.size(); ++d) {
+    if (after[d].size() < before[d].size()) {
+      axes.insert(axes.end(), before[d].begin() + static_cast<std::ptrdiff_t>(after[d].size()), before[d].end());
+    }
+  }
+  return axes;
+}
+
 namespace {
 
 class Resharder {
@@ -367,19 +395,16 @@ class Resharder {
   // one all-to-all over ('a', 'b')). Each move puts axes where the target
   // has them, so a few moves in turn reach layouts no single one does
   // ([{a,b},{},{}] -> [{},{a},{b}]); what they leave is gathered or sliced.
-  struct Move {
-    std::size_t from = 0, kept = 0, to = 0;  // dim `from` keeps its first `kept` axes
-  };
-  std::optional<Move> find_move(const DimAxes& dims, const DimAxes& target) const {
+  std::optional<DimAxes> find_move(const DimAxes& dims, const DimAxes& target) const {
     for (std::size_t from = 0; from < target.size(); ++from) {
       const std::vector<int>& have = dims[from];
-      if (!even(static_cast<int>(from), have)) continue;
       for (std::size_t kept = 0; kept < have.size(); ++kept) {  // the most axes first
         for (std::size_t to = 0; to < target.size(); ++to) {
           if (to == from) continue;
-          std::vector<int> wanted = dims[to];
-          wanted.insert(wanted.end(), have.begin() + static_cast<std::ptrdiff_t>(kept), have.end());
-          if (starts_with(target[to], wanted) && even(static_cast<int>(to), wanted)) return Move{from, kept, to};
+          DimAxes after = dims;
+          after[from].resize(kept);
+          after[to].insert(after[to].end(), have.begin() + static_cast<std::ptrdiff_t>(kept), have.end());
+          if (starts_with(target[to], after[to]) && all_to_all_makes(b_.mesh(), global_, dims, after)) return after;
         }
       }
     }
@@ -387,26 +412,40 @@ class Resharder {
   }
 
   Rep all_to_all(Rep rep, const DimAxes& target) {
-    while (const std::optional<Move> move = find_move(rep.dims, target)) rep = emit_all_to_all(rep, *move);
+    while (const std::optional<DimAxes> after = find_move(rep.dims, target)) rep = emit_all_to_all(rep, *after);
     return rep;
   }
 
-  Rep emit_all_to_all(const Rep& rep, const Move& move) {
-    const std::vector<int>& have = rep.dims[move.from];
-    const std::vector<int> moving(have.begin() + static_cast<std::ptrdiff_t>(move.kept), have.end());
+  // One all-to-all from rep's layout to `after` (all_to_all_makes): the
+  // dims gaining axes are split, the dims losing them gathered, in one
+  // exchange over the axes that move (a search also finds moves between
+  // two pairs of dims at once).
+  Rep emit_all_to_all(const Rep& rep, const DimAxes& after) {
     Rep out = rep;
-    out.dims[move.from].resize(move.kept);
-    out.dims[move.to].insert(out.dims[move.to].end(), moving.begin(), moving.end());
+    out.dims = after;
     out.slot = slot_for(out.dims);
-    const int to = static_cast<int>(move.to), from = static_cast<int>(move.from);
-    // Where the target has them: a prefix of the target's axes for that dim.
-    const bool there = target_ == nullptr || starts_with((*target_)[move.to], out.dims[move.to]);
-    Instruction instruction = step(InstructionKind::kCollective, rep.slot, out.slot, to);
-    instruction.concat_dim = from;
+    Instruction instruction = step(InstructionKind::kCollective, rep.slot, out.slot, -1);
+    instruction.dims_before = rep.dims;
+    instruction.dims_after = after;
+    std::vector<std::string> split, gathered;
+    bool there = true;
+    for (std::size_t d = 0; d < after.size(); ++d) {
+      const int dim = static_cast<int>(d);
+      if (after[d].size() > rep.dims[d].size()) {
+        if (instruction.dim < 0) instruction.dim = dim;
+        const std::vector<int> gained(after[d].begin() + static_cast<std::ptrdiff_t>(rep.dims[d].size()), after[d].end());
+        split.push_back(fmt::format("{} sharded on {}", dim_text(dim), b_.axes_text(gained)));
+        // Where the target has them: a prefix of the target's axes for that dim.
+        there = there && (target_ == nullptr || starts_with((*target_)[d], after[d]));
+      } else if (after[d].size() < rep.dims[d].size()) {
+        instruction.concat_dim = dim;
+        gathered.push_back(fmt::format("dim {} (sharded by {})", dim, origin(dim, rep)));
+      }
+    }
     instruction.collective = collective(
-        CollectiveKind::kAllToAll, moving, bytes(rep.slot),
-        fmt::format("{} needs {} sharded on {} instead of dim {} (sharded by {}){}", why_.consumer, dim_text(to),
-                    b_.axes_text(moving), from, origin(from, rep), on_the_way(there)));
+        CollectiveKind::kAllToAll, all_to_all_axes(rep.dims, after), bytes(rep.slot),
+        fmt::format("{} needs {} instead of {}{}", why_.consumer, fmt::join(split, " and "),
+                    fmt::join(gathered, " and "), on_the_way(there)));
     emit(std::move(instruction), out);
     return out;
   }
@@ -415,9 +454,7 @@ class Resharder {
   Rep apply(const Rep& rep, const LayoutMove& move, const DimAxes& target) {
     switch (move.kind) {
       case LayoutMove::Kind::kPermute: return permute(rep, move.after);
-      case LayoutMove::Kind::kAllToAll:
-        return emit_all_to_all(rep, Move{static_cast<std::size_t>(move.from_dim), move.kept,
-                                         static_cast<std::size_t>(move.dim)});
+      case LayoutMove::Kind::kAllToAll: return emit_all_to_all(rep, move.after);
       case LayoutMove::Kind::kSlice: return slice(rep, move.after, move.dim);
       case LayoutMove::Kind::kReduceScatter: return emit_reduce_scatter(rep, move.dim, move.reduced);
       case LayoutMove::Kind::kAllReduce: return emit_all_reduce(rep, target);

@@ -64,6 +64,43 @@ void copy_rows(const DenseTensor& source, int64_t from, DenseTensor& target, int
   }
 }
 
+// Copies the box of `extent` at `from` in `source` to `to` in `target`
+// (any shapes of one rank and dtype). Trailing dims that both tensors and the
+// box hold whole are copied as one run.
+void copy_box(const DenseTensor& source, const Shape& from, DenseTensor& target, const Shape& to, const Shape& extent) {
+  if (std::any_of(extent.begin(), extent.end(), [](int64_t e) { return e <= 0; })) return;
+  const Shape& s = source.shape();
+  const Shape& t = target.shape();
+  std::size_t run_dims = extent.size();  // dims [run_dims, rank) form one contiguous run
+  std::size_t run = element_size(source.dtype());
+  while (run_dims > 0 && extent[run_dims - 1] == s[run_dims - 1] && extent[run_dims - 1] == t[run_dims - 1]) {
+    run *= static_cast<std::size_t>(extent[--run_dims]);
+  }
+  if (run_dims == 0) {
+    std::memcpy(target.data(), source.data(), run);
+    return;
+  }
+  // The innermost partial dim's rows are contiguous too: one memcpy per
+  // index of the dims before it.
+  const std::size_t last = run_dims - 1;
+  std::vector<int64_t> index(last, 0);
+  const auto offset = [&](const Shape& shape, const Shape& origin) {
+    int64_t flat = 0;
+    for (std::size_t d = 0; d < last; ++d) flat = flat * shape[d] + origin[d] + index[d];
+    flat = flat * shape[last] + origin[last];
+    for (std::size_t d = last + 1; d < shape.size(); ++d) flat *= shape[d];
+    return static_cast<std::size_t>(flat);
+  };
+  const std::size_t element = element_size(source.dtype());
+  const std::size_t bytes = static_cast<std::size_t>(extent[last]) * run;
+  for (;;) {
+    std::memcpy(target.data() + offset(t, to) * element, source.data() + offset(s, from) * element, bytes);
+    std::size_t d = last;
+    while (d > 0 && ++index[d - 1] == extent[d - 1]) index[--d] = 0;
+    if (d == 0) return;
+  }
+}
+
 DenseTensor filled(DType dtype, const Shape& shape, double value) {
   DenseTensor tensor = DenseTensor::empty(dtype, shape);
   visit_dtype(dtype, [&](auto tag) {
@@ -273,29 +310,54 @@ class DeviceRun {
         return;
       }
       case CollectiveKind::kAllToAll: {
-        const int split = instruction.dim, concat = instruction.concat_dim;
-        const int64_t n = members.size();
-        const int64_t piece_rows = input.shape()[static_cast<std::size_t>(split)] / n;
+        // Member j receives, of every dim that gains axes, the chunk its
+        // coordinates over the gained axes select (padded where the dim
+        // ends early); a dim that loses axes takes member g's piece at the
+        // block g's coordinates over the lost axes select. Several dims may
+        // gain and lose at once: one exchange over all the axes that move.
+        const std::vector<std::vector<int>>& before = instruction.dims_before;
+        const std::vector<std::vector<int>>& after = instruction.dims_after;
+        const std::size_t rank = before.size();
+        const auto n = static_cast<std::size_t>(members.size());
         Shape piece_shape = input.shape();
-        piece_shape[static_cast<std::size_t>(split)] = piece_rows;
-        DenseTensor packed = DenseTensor::empty(input.dtype(), [&] {
+        for (std::size_t d = 0; d < rank; ++d) {
+          if (after[d].size() > before[d].size()) piece_shape[d] = type.shape[d];
+        }
+        const auto moved_axes = [](const std::vector<int>& longer, const std::vector<int>& shorter) {
+          return std::vector<int>(longer.begin() + static_cast<std::ptrdiff_t>(shorter.size()), longer.end());
+        };
+        DenseTensor packed = DenseTensor::zeros(input.dtype(), [&] {
           Shape s = piece_shape;
-          s.insert(s.begin(), n);
+          s.insert(s.begin(), static_cast<int64_t>(n));
           return s;
         }());
-        for (int64_t g = 0; g < n; ++g) {
-          DenseTensor piece = DenseTensor::empty(input.dtype(), piece_shape);
-          copy_rows(input, g * piece_rows, piece, 0, piece_rows, split);
-          std::memcpy(packed.data() + static_cast<std::size_t>(g) * piece.nbytes(), piece.data(), piece.nbytes());
+        const std::size_t piece_bytes = packed.nbytes() / n;
+        DenseTensor piece = DenseTensor::empty(input.dtype(), piece_shape);
+        for (std::size_t j = 0; j < n; ++j) {
+          const std::vector<int64_t> coords = mesh_.coords_of(members.devices[j]);
+          Shape start(rank, 0), extent = piece_shape;
+          for (std::size_t d = 0; d < rank; ++d) {
+            if (after[d].size() <= before[d].size()) continue;
+            start[d] = tile_index(mesh_, coords, moved_axes(after[d], before[d])) * piece_shape[d];
+            extent[d] = std::clamp<int64_t>(input.shape()[d] - start[d], 0, piece_shape[d]);
+          }
+          std::memset(piece.data(), 0, piece_bytes);  // padding rows, never read as values
+          copy_box(input, start, piece, Shape(rank, 0), extent);
+          std::memcpy(packed.data() + j * piece_bytes, piece.data(), piece_bytes);
         }
         DenseTensor received = DenseTensor::empty(input.dtype(), packed.shape());
         comm_.all_to_all(members, packed.bytes(), {received.data(), received.nbytes()});
-        // Piece g came from member g: its rows go to block g of the concat dim.
         DenseTensor out = DenseTensor::empty(type.dtype, type.shape);
-        const int64_t block = piece_shape[static_cast<std::size_t>(concat)];
-        for (int64_t g = 0; g < n; ++g) {
-          const DenseTensor piece = view_chunk(received, g, piece_shape);
-          copy_rows(piece, 0, out, g * block, block, concat);
+        for (std::size_t g = 0; g < n; ++g) {
+          const std::vector<int64_t> coords = mesh_.coords_of(members.devices[g]);
+          std::memcpy(piece.data(), received.data() + g * piece_bytes, piece_bytes);
+          Shape start(rank, 0), extent = piece_shape;
+          for (std::size_t d = 0; d < rank; ++d) {
+            if (before[d].size() <= after[d].size()) continue;
+            start[d] = tile_index(mesh_, coords, moved_axes(before[d], after[d])) * piece_shape[d];
+            extent[d] = std::clamp<int64_t>(type.shape[d] - start[d], 0, piece_shape[d]);
+          }
+          copy_box(piece, Shape(rank, 0), out, start, extent);
         }
         set(instruction, std::move(out));
         return;

@@ -277,13 +277,46 @@ TEST(Patterns, AxesMovingBetweenDimsAreAllToAlls) {
     return summary(p);
   };
   using Names = std::vector<std::string>;
-  EXPECT_EQ(all_to_alls("f32[512,512]", "(('a', 'b'), None)", "(None, ('b', 'a'))"), (Names{"all-to-all b", "all-to-all a"}));
+  // The axes land in another order, or split between two dims: still one.
+  EXPECT_EQ(all_to_alls("f32[512,512]", "(('a', 'b'), None)", "(None, ('b', 'a'))"), (Names{"all-to-all a,b"}));
+  EXPECT_EQ(all_to_alls("f32[64,64,64]", "(('a', 'b'), None, None)", "(None, 'a', 'b')"), (Names{"all-to-all a,b"}));
+  // Dim 0 both loses and gains axes: no single all-to-all makes that.
   EXPECT_EQ(all_to_alls("f32[64,64,64]", "(('a', 'b'), None, 'c')", "('c', ('a', 'b'), None)"),
             (Names{"all-to-all a,b", "all-to-all c"}));
-  EXPECT_EQ(all_to_alls("f32[64,64,64]", "(('a', 'b'), None, None)", "(None, 'a', 'b')"), (Names{"all-to-all b", "all-to-all a"}));
   // The target adds an axis after the moved one: sliced locally first, so
   // the all-to-all moves a quarter of the tensor, not half.
   EXPECT_EQ(all_to_alls("f32[512,512]", "('a', None)", "(None, ('a', 'b'))"), (Names{"all-to-all a,b"}));
+}
+
+// XLA's partitioner moves axes between two pairs of dims in one all-to-all
+// over all of them: on a (4, 2) mesh, 'a' from dim 1 to dim 3 and 'b' from
+// dim 2 to dim 0 send 7/8 of the 8 MiB tile, where two all-to-alls in turn
+// send 3/4 and 1/2 of it (issue 30, case 2).
+TEST(Patterns, MovesBetweenTwoPairsOfDimsAreOneAllToAll) {
+  const std::string mesh = R"M([0, 1, 2, 3, 4, 5, 6, 7], "(4, 2)", "('a', 'b')")M";
+  const Partitioned p = partition(relu_resharded(mesh, "i32[64,64,64,64]", "(None, 'a', 'b', None)",
+                                                 "('b', None, None, 'a')"));
+  ASSERT_EQ(summary(p), (std::vector<std::string>{"all-to-all a,b"})) << p.program.to_string(p.graph);
+  EXPECT_EQ(p.program.collectives[0].bytes_per_device, 8 << 20);
+  EXPECT_NE(p.program.collectives[0].reason.find("needs dim 0 of %r sharded on 'b' and dim 3 of %r sharded on 'a' "
+                                                 "instead of dim 1 (sharded by"),
+            std::string::npos)
+      << p.program.collectives[0].reason;
+  EXPECT_TRUE(p.program.warnings.empty());
+}
+
+// A dim that does not divide by the axes still moves by one all-to-all, its
+// last tile padded, as in XLA: f32[1024,1023] from columns to rows over 8
+// devices sends 512 KiB per device, not a 4 MiB all-gather (issue 30, case 1).
+TEST(Patterns, UnevenDimMovesByOnePaddedAllToAll) {
+  const std::string mesh = R"M([0, 1, 2, 3, 4, 5, 6, 7], "(8,)", "('x',)")M";
+  const Partitioned p = partition(relu_resharded(mesh, "f32[1024,1023]", "(None, 'x')", "('x', None)"));
+  ASSERT_EQ(summary(p), (std::vector<std::string>{"all-to-all x"})) << p.program.to_string(p.graph);
+  EXPECT_EQ(p.program.collectives[0].bytes_per_device, 512 << 10);
+  EXPECT_TRUE(p.program.warnings.empty());
+  // Back, with both dims uneven.
+  const Partitioned back = partition(relu_resharded(mesh, "f32[1023,1021]", "('x', None)", "(None, 'x')"));
+  EXPECT_EQ(summary(back), (std::vector<std::string>{"all-to-all x"})) << back.program.to_string(back.graph);
 }
 
 // A dim gathered over one axis and split over another of a different size

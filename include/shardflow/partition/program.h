@@ -63,14 +63,17 @@ struct Instruction {
   // kCollective: index into PartitionedProgram::collectives.
   int collective = -1;
   // Dims: the tensor dim a gather, scatter, slice or mask works on; for
-  // all-to-all, `dim` is split and `concat_dim` gathered.
+  // all-to-all, the first dim split and the last gathered (for reading:
+  // dims_before and dims_after say what it does).
   int dim = 0;
   int concat_dim = 0;
   int64_t global_size = 0;         // the dim's global extent
   std::vector<int> axes_before;    // the dim's sharding before (slices, masks); count-once's axes
   std::vector<int> axes_after;     // and after
   // Collective-permute: every dim's sharding before and after (the same tile
-  // count per dim, over other axes or in another order).
+  // count per dim, over other axes or in another order). All-to-all: the
+  // same, each dim keeping its axes, losing some from its minor end or
+  // gaining some there; the axes lost are those gained.
   std::vector<std::vector<int>> dims_before, dims_after;
   double fill = 0;                 // kMaskPadding
   double scale = 1;                // kCompute: multiply the result by it (mean over a sharded dim)
