@@ -74,6 +74,7 @@ class ProgramBuilder {
   const TensorType& slot_type(int slot) const { return program_.slots.at(static_cast<std::size_t>(slot)); }
   void emit(Instruction instruction) { program_.instructions.push_back(std::move(instruction)); }
   int add_collective(CollectiveInfo info);
+  CollectiveInfo& collective_info(int id) { return program_.collectives.at(static_cast<std::size_t>(id)); }
   void warn(std::string warning) { program_.warnings.push_back(std::move(warning)); }
 
   // What the program holds at a point; rollback() drops everything added
@@ -121,10 +122,10 @@ std::vector<int> all_to_all_axes(const DimAxes& before, const DimAxes& after);
 
 // One step of a reshard: a layout move, or a reduction of partial sums.
 struct LayoutMove {
-  enum class Kind { kAllGather, kAllToAll, kSlice, kPermute, kReduceScatter, kAllReduce };
+  enum class Kind { kAllGather, kAllToAll, kSlice, kPermute, kReduceScatter, kAllReduce, kHalo };
   Kind kind;
   DimAxes after;         // the layout it makes (all that tells an all-to-all)
-  int dim = -1;          // the dim gathered, sliced or scattered onto
+  int dim = -1;          // the dim gathered, sliced, scattered onto or halo-exchanged
   std::size_t kept = 0;  // axes the gathered dim keeps
   std::vector<int> reduced;  // the partial axes a reduction sums over, in scatter order
   bool operator==(const LayoutMove&) const = default;

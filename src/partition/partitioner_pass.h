@@ -86,6 +86,12 @@ class Partitioner {
   void reduce_for_all_uses(const Value* value, const Rep& rep, const DimAxes& target, const ReshardWhy& why,
                            const std::vector<LaterUse>& later);
 
+  // The layout each of `targets` slices its tiles from: every dim keeps the
+  // axes `from` and all targets begin with. Gathered once, it can serve
+  // uses that would each need a collective of their own (a halo exchange
+  // to each of two finer tilings). nullopt when that is `from` or a target.
+  static std::optional<DimAxes> shared_prefix_layout(const DimAxes& from, const std::vector<DimAxes>& targets);
+
   // The cheapest moves to `target` from `rep` (when given) or any layout of
   // `root` made so far; nullopt when the search gives up.
   struct MovesFrom {

@@ -65,7 +65,8 @@ std::string CollectiveInfo::describe(const Mesh& mesh) const {
   if (kind == CollectiveKind::kAllReduce || kind == CollectiveKind::kReduceScatter) {
     op = reduction == ReduceOp::kSum ? "" : reduction == ReduceOp::kMax ? " (max)" : " (min)";
   }
-  return fmt::format("{}{} over {} ({}/device): {}", to_string(kind), op, axes_list(mesh, axes),
+  const std::string in_rounds = rounds > 1 ? fmt::format(" in {} rounds", rounds) : "";
+  return fmt::format("{}{} over {}{} ({}/device): {}", to_string(kind), op, axes_list(mesh, axes), in_rounds,
                      bytes_text(bytes_per_device), reason);
 }
 

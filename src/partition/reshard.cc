@@ -27,6 +27,7 @@
 
 #include "partitioner.h"
 #include "shardflow/base/error.h"
+#include "shardflow/partition/halo.h"
 
 namespace shardflow::partition_detail {
 
@@ -69,6 +70,7 @@ double ProgramBuilder::cost_since(const Mark& mark) const {
     const CollectiveInfo& info = program_.collectives[c];
     sent += ring_bytes_sent(info.kind, static_cast<double>(axes_size(info.axes)),
                             static_cast<double>(info.bytes_per_device));
+    sent += kCollectiveLatencyBytes * (info.rounds - 1);
   }
   return sent;
 }
@@ -450,6 +452,31 @@ class Resharder {
     return out;
   }
 
+  // A dim moved to tiles that do not nest in its own: each device receives
+  // only the rows it lacks (halo.h), where a gather would make the whole dim.
+  Rep emit_halo(const Rep& rep, int dim, const std::vector<int>& axes) {
+    const auto d = static_cast<std::size_t>(dim);
+    const HaloSchedule schedule = halo_schedule(b_.mesh(), global_[d], rep.dims[d], axes);
+    Rep out = rep;
+    out.dims[d] = axes;
+    out.slot = slot_for(out.dims);
+    Instruction instruction = step(InstructionKind::kCollective, rep.slot, out.slot, dim);
+    instruction.global_size = global_[d];
+    instruction.axes_before = rep.dims[d];
+    instruction.axes_after = axes;
+    const int64_t row_bytes = bytes(rep.slot) / std::max<int64_t>(b_.slot_type(rep.slot).shape[d], 1);
+    const int id = collective(
+        CollectiveKind::kCollectivePermute, schedule.axes, row_bytes * schedule.rows_sent(),
+        fmt::format("{} needs {} sharded on {} but it is sharded on {} by {}; the tiles do not nest, so each "
+                    "device receives the rows it lacks (at most {} of {}) instead of the whole dim{}",
+                    why_.consumer, dim_text(dim), b_.axes_text(axes), b_.axes_text(rep.dims[d]), origin(dim, rep),
+                    schedule.rows_sent(), global_[d], on_the_way(target_ == nullptr || axes == (*target_)[d])));
+    b_.collective_info(id).rounds = std::max<int>(1, static_cast<int>(schedule.rounds.size()));
+    instruction.collective = id;
+    emit(std::move(instruction), out);
+    return out;
+  }
+
   // One move of a searched path.
   Rep apply(const Rep& rep, const LayoutMove& move, const DimAxes& target) {
     switch (move.kind) {
@@ -458,6 +485,7 @@ class Resharder {
       case LayoutMove::Kind::kSlice: return slice(rep, move.after, move.dim);
       case LayoutMove::Kind::kReduceScatter: return emit_reduce_scatter(rep, move.dim, move.reduced);
       case LayoutMove::Kind::kAllReduce: return emit_all_reduce(rep, target);
+      case LayoutMove::Kind::kHalo: return emit_halo(rep, move.dim, move.after[static_cast<std::size_t>(move.dim)]);
       case LayoutMove::Kind::kAllGather: break;
     }
     const int dim = move.dim;

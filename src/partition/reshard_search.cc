@@ -14,6 +14,7 @@
 #include <set>
 
 #include "partitioner.h"
+#include "shardflow/partition/halo.h"
 
 namespace shardflow::partition_detail {
 
@@ -338,6 +339,24 @@ class Search {
           if (!nests(d, have.size(), move.after[d])) continue;
           out.push_back({move, {0, 0}});
         }
+      }
+      // A halo exchange to the target's tiles where they and the dim's do
+      // not nest either way (nor are as many): only the rows each device
+      // lacks move.
+      const auto new_axes_free = [&] {
+        return std::none_of(want.begin(), want.end(), [&](int axis) {
+          return std::find(have.begin(), have.end(), axis) == have.end() && taken(axis);
+        });
+      };
+      if (have != want && !want.empty() && group_size(have) != group_size(want) &&
+          !(starts_with(want, have) && nests(d, have.size(), want)) &&
+          !(starts_with(have, want) && nests(d, want.size(), have)) && new_axes_free()) {
+        const HaloSchedule schedule = halo_schedule(mesh_, global_[d], have, want);
+        LayoutMove move{LayoutMove::Kind::kHalo, layout, static_cast<int>(d), 0, {}};
+        move.after[d] = want;
+        const double local_rows = static_cast<double>(global_[d] / group_size(have) + (global_[d] % group_size(have) != 0));
+        out.push_back({move, {bytes / local_rows * static_cast<double>(schedule.rows_sent()),
+                              std::max(1, static_cast<int>(schedule.rounds.size()))}});
       }
       // Any other axis the target uses, sliced here to be moved on by an
       // all-to-all or a permute: ['x'] -> [('a', 'x')] slices 'a' after 'x'

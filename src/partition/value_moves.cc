@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <ranges>
 
 #include "partitioner_pass.h"
 #include "shardflow/ops/mark_sharding.h"
@@ -147,6 +148,15 @@ void Partitioner::reduce_for_all_uses(const Value* value, const Rep& rep, const 
   const auto emit_reduction = [&](const std::vector<LayoutMove>& prefix, std::vector<Rep>& made) {
     partition_detail::reshard(builder_, rep, prefix.back().after, type.shape, type.dtype, shared_why, &made, &prefix);
   };
+  // Each reduction is tried as it is and followed by the layout that every
+  // use slices its tiles from (shared_prefix_layout), where one exists.
+  std::vector<std::optional<DimAxes>> shared(candidates.size());
+  for (std::size_t c = 0, tried = candidates.size(); c < tried; ++c) {
+    if (std::optional<DimAxes> layout = shared_prefix_layout(candidates[c].back().after, targets)) {
+      candidates.push_back(candidates[c]);
+      shared.push_back(std::move(layout));
+    }
+  }
   std::size_t best = 0;
   if (candidates.size() > 1) {
     double least = std::numeric_limits<double>::infinity();
@@ -159,6 +169,7 @@ void Partitioner::reduce_for_all_uses(const Value* value, const Rep& rep, const 
           partition_detail::reshard(builder_, made.front(), t, type.shape, type.dtype, why, &made);
         }
       };
+      if (shared[c]) move_to(*shared[c]);
       for (const DimAxes& t : targets) move_to(t);
       // Op uses find the layouts made so far, as they will when lowered.
       std::vector<std::pair<const Value*, DimAxes>> added;
@@ -186,8 +197,24 @@ void Partitioner::reduce_for_all_uses(const Value* value, const Rep& rep, const 
   }
   std::vector<Rep> made;
   emit_reduction(candidates[best], made);
+  if (shared[best] && !move_from(made, *shared[best], type, shared_why)) {
+    partition_detail::reshard(builder_, made.front(), *shared[best], type.shape, type.dtype, shared_why, &made);
+  }
   reduced_.emplace(root, made.front());
   for (const Rep& layout : made) layouts_.emplace(std::make_pair(root, layout.dims), layout);
+}
+
+std::optional<DimAxes> Partitioner::shared_prefix_layout(const DimAxes& from, const std::vector<DimAxes>& targets) {
+  DimAxes shared = from;
+  for (std::size_t d = 0; d < shared.size(); ++d) {
+    for (const DimAxes& t : targets) {
+      std::size_t k = 0;
+      while (k < shared[d].size() && k < t[d].size() && shared[d][k] == t[d][k]) ++k;
+      shared[d].resize(k);
+    }
+  }
+  if (shared == from || std::find(targets.begin(), targets.end(), shared) != targets.end()) return std::nullopt;
+  return shared;
 }
 
 std::optional<Partitioner::MovesFrom> Partitioner::cheapest_from_made(
@@ -245,7 +272,7 @@ void Partitioner::move_for_later(const Value* value, const DimAxes& target,
   std::vector<DimAxes> order{target};
   for (const LaterUse& use : later) order.push_back(use.dims);
   double least = moves_cost(value, order, why);
-  std::size_t best = 0;  // 0: target first, else later[best - 1]
+  std::size_t best = 0;  // 0: target first, else later[best - 1]; later.size() + 1: `shared` first
   for (std::size_t k = 0; k < later.size(); ++k) {
     std::vector<DimAxes> via{later[k].dims, target};
     for (std::size_t j = 0; j < later.size(); ++j) {
@@ -257,18 +284,32 @@ void Partitioner::move_for_later(const Value* value, const DimAxes& target,
       best = k + 1;
     }
   }
+  // Last, so that it wins only when strictly cheaper.
+  const std::optional<DimAxes> shared = shared_prefix_layout(reps_.at(value).dims, order);
+  if (shared) {
+    std::vector<DimAxes> via{*shared};
+    via.insert(via.end(), order.begin(), order.end());
+    if (const double cost = moves_cost(value, via, why); cost < least) {
+      least = cost;
+      best = later.size() + 1;
+    }
+  }
   if (best == 0) return;
-  // Made now for the later use, and recorded: that use takes it as is.
+  // Made now for the later use (or for all of them), and recorded: that use
+  // takes it as is.
   const Value* root = alias_root(value);
   const TensorType& type = value->type();
-  const LaterUse& first = later[best - 1];
-  const std::optional<MovesFrom> found = cheapest_from_made(root, nullptr, first.dims, type);
+  const bool for_all = best == later.size() + 1;
+  const DimAxes& first = for_all ? *shared : later[best - 1].dims;
+  const std::optional<MovesFrom> found = cheapest_from_made(root, nullptr, first, type);
   if (!found) return;
   ReshardWhy first_why = why;
-  first_why.consumer = fmt::format("{} (moved here, before {}, as both then cost least)", first.use, why.consumer);
+  first_why.consumer =
+      for_all ? fmt::format("{} (and {}, which take their tiles of it locally)", why.consumer,
+                            fmt::join(later | std::views::transform(&LaterUse::use), ", "))
+              : fmt::format("{} (moved here, before {}, as both then cost least)", later[best - 1].use, why.consumer);
   std::vector<Rep> made;
-  partition_detail::reshard(builder_, *found->source, first.dims, type.shape, type.dtype, first_why, &made,
-                            &found->moves);
+  partition_detail::reshard(builder_, *found->source, first, type.shape, type.dtype, first_why, &made, &found->moves);
   for (const Rep& layout : made) layouts_.emplace(std::make_pair(root, layout.dims), layout);
 }
 

@@ -10,6 +10,7 @@
 #include <map>
 
 #include "shardflow/base/error.h"
+#include "shardflow/partition/halo.h"
 #include "shardflow/tensor/device_memory.h"
 #include "shardflow/trace/profile.h"
 
@@ -363,6 +364,10 @@ class DeviceRun {
         return;
       }
       case CollectiveKind::kCollectivePermute: {
+        if (instruction.dims_before.empty()) {
+          halo_exchange(instruction, members);
+          return;
+        }
         // Every member receives the tile its coordinates select under the new
         // sharding from the member whose coordinates select it under the old.
         std::vector<std::pair<int64_t, int64_t>> pairs;
@@ -381,6 +386,47 @@ class DeviceRun {
         return;
       }
     }
+  }
+
+  // The rows of its new tile this device holds are kept; the others come
+  // in the rounds of the exchange's schedule, each a collective-permute of
+  // a buffer of that round's rows (halo.h).
+  void halo_exchange(const Instruction& instruction, const DeviceGroup& members) {
+    const DenseTensor& input = in(instruction);
+    const TensorType& type = out_type(instruction);
+    const int dim = instruction.dim;
+    const auto d = static_cast<std::size_t>(dim);
+    const HaloSchedule schedule =
+        halo_schedule(mesh_, instruction.global_size, instruction.axes_before, instruction.axes_after);
+    const int64_t me = tile_index(mesh_, coords_, schedule.axes);
+    const int64_t held = input.shape()[d], wanted = type.shape[d];
+    const int64_t held_start = tile_index(mesh_, coords_, instruction.axes_before) * held;
+    const int64_t wanted_start = tile_index(mesh_, coords_, instruction.axes_after) * wanted;
+    DenseTensor out = DenseTensor::zeros(type.dtype, type.shape);
+    const int64_t begin = std::max(held_start, wanted_start);
+    const int64_t end = std::min({held_start + held, wanted_start + wanted, instruction.global_size});
+    copy_rows(input, begin - held_start, out, begin - wanted_start, end - begin, dim);
+    for (std::size_t r = 0; r < schedule.rounds.size(); ++r) {
+      Shape buffer_shape = input.shape();
+      buffer_shape[d] = schedule.round_rows[r];
+      DenseTensor send = DenseTensor::zeros(input.dtype(), buffer_shape);
+      DenseTensor received = DenseTensor::empty(input.dtype(), buffer_shape);
+      std::vector<std::pair<int64_t, int64_t>> pairs;
+      const HaloTransfer* incoming = nullptr;
+      for (const HaloTransfer& transfer : schedule.rounds[r]) {
+        pairs.emplace_back(members.devices[static_cast<std::size_t>(transfer.source)],
+                           members.devices[static_cast<std::size_t>(transfer.target)]);
+        if (transfer.source == me) {
+          copy_rows(input, transfer.begin - held_start, send, 0, transfer.end - transfer.begin, dim);
+        }
+        if (transfer.target == me) incoming = &transfer;
+      }
+      comm_.collective_permute(members, pairs, send.bytes(), {received.data(), received.nbytes()});
+      if (incoming != nullptr) {
+        copy_rows(received, 0, out, incoming->begin - wanted_start, incoming->end - incoming->begin, dim);
+      }
+    }
+    set(instruction, std::move(out));
   }
 
   // Chunk g of a buffer holding n chunks of `shape`, as its own tensor.

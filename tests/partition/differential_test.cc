@@ -285,8 +285,8 @@ namespace {
 
 // A value annotated in one random layout and wanted in another, on a random
 // mesh, with dims that often do not divide the axes: every reshard the
-// partitioner can choose (fused and padded all-to-alls, permutes, gathers,
-// slices) must move the values exactly.
+// partitioner can choose (fused and padded all-to-alls, permutes, halo
+// exchanges, gathers, slices) must move the values exactly.
 class RandomReshard {
  public:
   explicit RandomReshard(uint32_t seed) : rng_(seed) {
@@ -359,7 +359,7 @@ TEST(Differential, ReshardsBetweenRandomLayoutsMoveValuesExactly) {
   constexpr uint32_t kCases = 3000;
   std::map<int64_t, std::vector<uint32_t>> seeds_by_size;
   for (uint32_t seed = 0; seed < kCases; ++seed) seeds_by_size[RandomReshard(seed).mesh().size()].push_back(seed);
-  int fused = 0, padded = 0, failures = 0;
+  int fused = 0, padded = 0, halos = 0, failures = 0;
   for (const auto& [size, seeds] : seeds_by_size) {
     sf::Runtime runtime = sf::Runtime::local(size);
     for (uint32_t seed : seeds) {
@@ -373,10 +373,10 @@ TEST(Differential, ReshardsBetweenRandomLayoutsMoveValuesExactly) {
       const std::vector<sf::DenseTensor> expected = sf::run_graph(graph, values);
       const std::vector<sf::Tensor> actual = sf::run_program(program, runtime, {c.input()});
       for (const sf::Instruction& instruction : program.instructions) {
-        if (instruction.kind != sf::InstructionKind::kCollective ||
-            program.collectives[static_cast<std::size_t>(instruction.collective)].kind != sf::CollectiveKind::kAllToAll) {
-          continue;
-        }
+        if (instruction.kind != sf::InstructionKind::kCollective) continue;
+        const sf::CollectiveKind kind = program.collectives[static_cast<std::size_t>(instruction.collective)].kind;
+        halos += kind == sf::CollectiveKind::kCollectivePermute && instruction.dims_before.empty() ? 1 : 0;
+        if (kind != sf::CollectiveKind::kAllToAll) continue;
         const auto [split, gathered] = split_and_gathered_dims(instruction);
         fused += split + gathered > 2 ? 1 : 0;
         const sf::Shape& local = program.slots[static_cast<std::size_t>(instruction.inputs[0])].shape;
@@ -400,6 +400,7 @@ TEST(Differential, ReshardsBetweenRandomLayoutsMoveValuesExactly) {
   // The draw reaches the moves it is for.
   EXPECT_GT(fused, 20);
   EXPECT_GT(padded, 20);
+  EXPECT_GT(halos, 20);
 }
 
 }  // namespace

@@ -319,15 +319,30 @@ TEST(Patterns, UnevenDimMovesByOnePaddedAllToAll) {
   EXPECT_EQ(summary(back), (std::vector<std::string>{"all-to-all x"})) << back.program.to_string(back.graph);
 }
 
-// A dim gathered over one axis and split over another of a different size
-// is whole on every device in between: reported.
-TEST(Patterns, GatherThenSplitOverAnotherAxisIsReported) {
+// A dim moved to tiles that do not nest in its own gets only the rows each
+// device lacks, in collective-permutes (a halo exchange), where a gather
+// would make the whole dim on every device. Over (2, 4): 8 rows from tiles
+// of 4 over 'x' to tiles of 2 over 'y' is 2 rows for half the devices. 10
+// rows from tiles of 5 over 'a' to tiles of 3 over ('a', 'b') is 1 row, for
+// one device (issue 30, case 3's kin: partial replication to a finer uneven
+// tiling).
+TEST(Patterns, TilesThatDoNotNestGetOnlyTheirMissingRows) {
   const std::string mesh = R"M([0, 1, 2, 3, 4, 5, 6, 7], "(2, 4)", "('x', 'y')")M";
   const Partitioned p = partition(relu_resharded(mesh, "f32[8,6]", "('x', None)", "('y', None)"));
-  EXPECT_EQ(summary(p), (std::vector<std::string>{"all-gather x"})) << p.program.to_string(p.graph);
-  ASSERT_EQ(p.program.warnings.size(), 1u);
-  EXPECT_NE(p.program.warnings[0].find("dim 0 of %r is gathered over 'x' and split over 'y' again"), std::string::npos)
-      << p.program.warnings[0];
+  ASSERT_EQ(summary(p), (std::vector<std::string>{"collective-permute x,y"})) << p.program.to_string(p.graph);
+  EXPECT_EQ(p.program.collectives[0].bytes_per_device, 2 * 6 * 4);
+  EXPECT_EQ(p.program.collectives[0].rounds, 1);
+  EXPECT_TRUE(p.program.warnings.empty());
+  EXPECT_NE(p.program.collectives[0].reason.find("the tiles do not nest, so each device receives the rows it lacks "
+                                                 "(at most 2 of 8) instead of the whole dim"),
+            std::string::npos)
+      << p.program.collectives[0].reason;
+
+  const std::string mesh22 = R"M([0, 1, 2, 3], "(2, 2)", "('a', 'b')")M";
+  const Partitioned finer = partition(relu_resharded(mesh22, "f32[10,1000]", "('a', None)", "(('a', 'b'), None)"));
+  ASSERT_EQ(summary(finer), (std::vector<std::string>{"collective-permute a,b"})) << finer.program.to_string(finer.graph);
+  EXPECT_EQ(finer.program.collectives[0].bytes_per_device, 1000 * 4);
+  EXPECT_TRUE(finer.program.warnings.empty());
 }
 
 // A partial sum stays partial through an exact widening (bf16 -> f32), so

@@ -32,6 +32,8 @@ struct CollectiveInfo {
   int64_t bytes_per_device = 0; // the larger local buffer: what a reduce takes in (all-reduce,
                                 // reduce-scatter), what a gather puts out (all-gather)
   const Value* value = nullptr; // the graph value it moves
+  int rounds = 1;               // a halo exchange's collective-permutes (halo.h); bytes_per_device
+                                // is what a device sends at most in all of them
   std::string reason;           // one line: why it is there, with the origin of the sharding
   // The device groups it runs in (one per combination of the other axes).
   std::vector<std::vector<int64_t>> groups(const Mesh& mesh) const;
@@ -73,7 +75,9 @@ struct Instruction {
   // Collective-permute: every dim's sharding before and after (the same tile
   // count per dim, over other axes or in another order). All-to-all: the
   // same, each dim keeping its axes, losing some from its minor end or
-  // gaining some there; the axes lost are those gained.
+  // gaining some there; the axes lost are those gained. A collective-permute
+  // without them is a halo exchange (halo.h) of dim `dim` of `global_size`
+  // rows from tiles over `axes_before` to tiles over `axes_after`.
   std::vector<std::vector<int>> dims_before, dims_after;
   double fill = 0;                 // kMaskPadding
   double scale = 1;                // kCompute: multiply the result by it (mean over a sharded dim)
