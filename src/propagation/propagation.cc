@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "shardflow/base/error.h"
+#include "shardflow/ir/sharding_projection.h"
 #include "shardflow/ir/text.h"
 #include "shardflow/ops/mark_sharding.h"
 
@@ -107,39 +108,6 @@ class Propagator {
            family == OpFamily::kAnnotation;
   }
 
-  int64_t axes_size(const std::vector<int>& axes) const {
-    int64_t size = 1;
-    for (int axis : axes) size *= mesh_.axis_size(axis);
-    return size;
-  }
-
-  // Splits a dim's axes over its factors, major first. A factor that is not
-  // the dim's last must be split exactly (its axes' product divides its size,
-  // and it is whole before the next factor takes axes); the last factor may be
-  // split unevenly.
-  std::vector<std::pair<int, std::vector<int>>> project_dim(const std::vector<int>& axes,
-                                                            const std::vector<int>& factors,
-                                                            const OpShardingRule& rule) const {
-    std::vector<std::pair<int, std::vector<int>>> result;
-    std::size_t next = 0;
-    for (std::size_t i = 0; i < factors.size(); ++i) {
-      const int factor = factors[i];
-      const int64_t size = rule.factors[static_cast<std::size_t>(factor)].size;
-      const bool last = i + 1 == factors.size();
-      std::vector<int> taken;
-      int64_t product = 1;
-      while (next < axes.size()) {
-        const int64_t with = product * mesh_.axis_size(axes[next]);
-        if (!last && size % with != 0) break;
-        taken.push_back(axes[next++]);
-        product = with;
-      }
-      result.emplace_back(factor, std::move(taken));
-      if (!last && product != size) break;  // not whole: later factors take nothing
-    }
-    return result;
-  }
-
   // Propagates across one node; returns whether any value changed.
   bool visit(std::size_t index, int stage) {
     const Node& node = *graph_.nodes()[index];
@@ -158,8 +126,9 @@ class Propagator {
     for (std::size_t t = 0; t < tensors.size(); ++t) {
       const ValueState& state = states_.at(tensors[t]);
       for (std::size_t d = 0; d < mappings[t]->size(); ++d) {
-        for (auto& [factor, axes] : project_dim(state.dims[d], (*mappings[t])[d], rule)) {
-          candidates[static_cast<std::size_t>(factor)].push_back({std::move(axes), &state, static_cast<int>(d)});
+        for (FactorAxes& taken : project_to_factors(mesh_, rule, (*mappings[t])[d], state.dims[d])) {
+          candidates[static_cast<std::size_t>(taken.factor)].push_back(
+              {std::move(taken.axes), &state, static_cast<int>(d)});
         }
       }
     }
@@ -223,19 +192,11 @@ class Propagator {
       ValueState& state = states_.at(tensors[t]);
       if (state.closed) continue;
       for (std::size_t d = 0; d < mappings[t]->size(); ++d) {
-        const std::vector<int>& factors = (*mappings[t])[d];
-        std::vector<int> wanted;
-        const Candidate* source = nullptr;
-        for (std::size_t i = 0; i < factors.size(); ++i) {
-          const auto f = static_cast<std::size_t>(factors[i]);
-          const std::vector<int>& axes = factor_axes[f];
-          const bool last = i + 1 == factors.size();
-          const int64_t size = rule.factors[f].size;
-          if (!last && !axes.empty() && size % axes_size(axes) != 0) break;
-          wanted.insert(wanted.end(), axes.begin(), axes.end());
-          if (!axes.empty() && source == nullptr) source = factor_source[f];
-          if (!last && axes_size(axes) != size) break;
-        }
+        const DimProjection projected = project_to_dim(mesh_, rule, (*mappings[t])[d], factor_axes);
+        const std::vector<int>& wanted = projected.axes;
+        const Candidate* source = projected.first_factor < 0
+                                      ? nullptr
+                                      : factor_source[static_cast<std::size_t>(projected.first_factor)];
         std::vector<int>& current = state.dims[d];
         if (wanted.size() <= current.size() || !std::equal(current.begin(), current.end(), wanted.begin())) {
           continue;  // nothing new, or a conflict with what the dim already has
