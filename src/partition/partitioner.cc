@@ -501,6 +501,7 @@ void assign_releases(PartitionedProgram& program) {
 PartitionedProgram partition_graph(const Graph& graph, const PropagationResult& shardings) {
   PartitionedProgram program;
   program.mesh = shardings.mesh();
+  program.warnings = shardings.warnings();  // shown wherever the program's warnings are
   partition_detail::Partitioner(graph, shardings, program).run();
   assign_releases(program);
   return program;

@@ -79,11 +79,36 @@ struct Candidate {
   int dim = 0;
 };
 
+// Propagation runs its stages in order, each until a sweep changes nothing
+// or it has run kMaxRounds rounds (a forward and a backward sweep each).
+enum class Stage {
+  kPassThrough,  // elementwise, movement and annotation ops only
+  kAllOps,
+};
+
+const char* stage_name(Stage stage) {
+  switch (stage) {
+    case Stage::kPassThrough:
+      return "pass-through ops";
+    case Stage::kAllOps:
+      return "all ops";
+  }
+  return "?";
+}
+
 class Propagator {
  public:
+  // A round carries a sharding along a path of ops that runs forward in the
+  // graph and then backward; a path that turns between earlier and later ops
+  // needs a round for each such pair of turns, so only a sharding that
+  // zig-zags about 2 * kMaxRounds times can reach the limit.
+  static constexpr int kMaxRounds = 64;
+
   Propagator(const Graph& graph, const Mesh& mesh) : graph_(graph), mesh_(mesh) {}
 
   std::unordered_map<const Value*, ValueState>& states() { return states_; }
+  // One per stage that stopped at kMaxRounds while still changing.
+  std::vector<std::string>& warnings() { return warnings_; }
 
   void run() {
     for (const auto& node : graph_.nodes()) {
@@ -92,12 +117,19 @@ class Propagator {
       for (const Value* v : node->outputs()) out.push_back(v->type());
       rules_.push_back(node->op().sharding_rule(node->op_args(), in, out));
     }
-    for (int stage = 0; stage < 2; ++stage) {
-      for (int round = 0; round < 64; ++round) {
-        bool changed = false;
+    for (const Stage stage : {Stage::kPassThrough, Stage::kAllOps}) {
+      bool changed = false;
+      for (int round = 0; round < kMaxRounds; ++round) {
+        changed = false;
         for (std::size_t n = 0; n < graph_.nodes().size(); ++n) changed |= visit(n, stage);
         for (std::size_t n = graph_.nodes().size(); n-- > 0;) changed |= visit(n, stage);
         if (!changed) break;
+      }
+      if (changed) {
+        warnings_.push_back(fmt::format(
+            "sharding propagation over {} stopped after {} rounds while still changing (%{} changed in the "
+            "last round); shardings may be incomplete, annotate more values to fix them",
+            stage_name(stage), kMaxRounds, last_changed_->name()));
       }
     }
   }
@@ -109,9 +141,9 @@ class Propagator {
   }
 
   // Propagates across one node; returns whether any value changed.
-  bool visit(std::size_t index, int stage) {
+  bool visit(std::size_t index, Stage stage) {
     const Node& node = *graph_.nodes()[index];
-    if (stage == 0 && !pass_through_family(node.op().family)) return false;
+    if (stage == Stage::kPassThrough && !pass_through_family(node.op().family)) return false;
     const OpShardingRule& rule = rules_[index];
     std::vector<const Value*> tensors;
     std::vector<const DimFactors*> mappings;
@@ -221,6 +253,7 @@ class Propagator {
               from.source, std::make_shared<const ShardingOrigin::Step>(ShardingOrigin::Step{&node, from.last})};
         }
         changed = true;
+        last_changed_ = tensors[t];
       }
     }
     return changed;
@@ -230,6 +263,8 @@ class Propagator {
   const Mesh& mesh_;
   std::vector<OpShardingRule> rules_;
   std::unordered_map<const Value*, ValueState> states_;
+  const Value* last_changed_ = nullptr;  // the value visit changed last
+  std::vector<std::string> warnings_;
 };
 
 bool is_mark_sharding(const Node& node) {
@@ -298,6 +333,7 @@ PropagationResult propagate_shardings(const Graph& graph,
   propagator.run();
 
   PropagationResult result(mesh);
+  result.warnings() = std::move(propagator.warnings());
   for (auto& [value, state] : propagator.states()) {
     PropagationResult::Entry entry{Sharding(mesh, state.dims), std::move(state.origins), state.closed};
     result.entries().emplace(value, std::move(entry));
