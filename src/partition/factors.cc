@@ -6,6 +6,7 @@
 
 #include "partitioner.h"
 #include "shardflow/ir/op_def.h"
+#include "shardflow/ir/sharding_projection.h"
 
 namespace shardflow::partition_detail {
 
@@ -16,28 +17,6 @@ DimAxes effective_axes(const Mesh& mesh, const Sharding& sharding) {
 }
 
 namespace {
-
-// Splits a dim's axes over its factors (major first); see propagation.cc for
-// the same projection. Calls assign(factor, axes) for each factor it reaches.
-template <class Assign>
-void project_dim(const Mesh& mesh, const OpShardingRule& rule, const std::vector<int>& factors,
-                 const std::vector<int>& axes, Assign assign) {
-  std::size_t next = 0;
-  for (std::size_t i = 0; i < factors.size(); ++i) {
-    const auto f = static_cast<std::size_t>(factors[i]);
-    const bool last = i + 1 == factors.size();
-    int64_t product = 1;
-    std::vector<int> taken;
-    while (next < axes.size()) {
-      const int64_t with = product * mesh.axis_size(axes[next]);
-      if (!last && rule.factors[f].size % with != 0) break;
-      taken.push_back(axes[next++]);
-      product = with;
-    }
-    assign(f, std::move(taken));
-    if (!last && product != rule.factors[f].size) break;
-  }
-}
 
 // Whether factor f is on one of a tensor's dims.
 bool has_factor(const DimFactors& mapping, std::size_t f) {
@@ -58,28 +37,6 @@ const std::vector<int>& offered_axes(const FactorOffer& offer, std::size_t f) {
   }
   return kWhole;
 }
-
-}  // namespace
-
-DimAxes project_back(const Mesh& mesh, const OpShardingRule& rule, const DimFactors& mapping,
-                     const std::vector<std::vector<int>>& factor_axes) {
-  DimAxes dims(mapping.size());
-  for (std::size_t d = 0; d < mapping.size(); ++d) {
-    for (std::size_t i = 0; i < mapping[d].size(); ++i) {
-      const auto f = static_cast<std::size_t>(mapping[d][i]);
-      const std::vector<int>& axes = factor_axes[f];
-      const bool last = i + 1 == mapping[d].size();
-      int64_t size = 1;
-      for (int axis : axes) size *= mesh.axis_size(axis);
-      if (!last && rule.factors[f].size % size != 0) break;
-      dims[d].insert(dims[d].end(), axes.begin(), axes.end());
-      if (!last && size != rule.factors[f].size) break;
-    }
-  }
-  return dims;
-}
-
-namespace {
 
 // A dim made of several factors (a reshape's merged dim) can carry only
 // shardings of its factors that are blocks of the dim: every sharded factor
@@ -251,8 +208,9 @@ std::vector<std::vector<int>> choose_factors(const FactorChoice& c, FactorPlan p
   for (std::size_t o = 0; o < operands.size(); ++o) {
     const DimAxes& dims = current[o]->dims;
     for (std::size_t d = 0; d < dims.size(); ++d) {
-      project_dim(mesh, rule, rule.operands[o][d], dims[d],
-                  [&](std::size_t f, std::vector<int> axes) { offered[o].emplace_back(f, std::move(axes)); });
+      for (FactorAxes& taken : project_to_factors(mesh, rule, rule.operands[o][d], dims[d])) {
+        offered[o].emplace_back(static_cast<std::size_t>(taken.factor), std::move(taken.axes));
+      }
     }
   }
   // A factor only the results have (stack's new dim) can be sharded only
@@ -295,8 +253,9 @@ std::vector<std::vector<int>> choose_factors(const FactorChoice& c, FactorPlan p
       const DimAxes dims = effective_axes(mesh, c.shardings.sharding(node.outputs()[r]));
       std::vector<std::vector<int>> projected(rule.factors.size());
       for (std::size_t d = 0; d < dims.size(); ++d) {
-        project_dim(mesh, rule, rule.results[r][d], dims[d],
-                    [&](std::size_t f, std::vector<int> axes) { projected[f] = std::move(axes); });
+        for (FactorAxes& taken : project_to_factors(mesh, rule, rule.results[r][d], dims[d])) {
+          projected[static_cast<std::size_t>(taken.factor)] = std::move(taken.axes);
+        }
       }
       for (std::size_t f = 0; f < projected.size(); ++f) {
         if (projected[f].empty() || (!in_operands[f] && op.output_shape_arg.empty())) continue;

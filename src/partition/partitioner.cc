@@ -29,6 +29,7 @@
 
 #include "partitioner_pass.h"
 #include "shardflow/base/error.h"
+#include "shardflow/ir/sharding_projection.h"
 #include "shardflow/ir/text.h"
 #include "shardflow/ops/mark_sharding.h"
 
@@ -40,7 +41,6 @@ using partition_detail::effective_axes;
 using partition_detail::FactorChoice;
 using partition_detail::FactorPlan;
 using partition_detail::padded_shape;
-using partition_detail::project_back;
 using partition_detail::ProgramBuilder;
 using partition_detail::Rep;
 using partition_detail::ReshardWhy;
@@ -192,7 +192,7 @@ Rep Partitioner::new_result(const Node& node, const OpShardingRule& rule, std::s
                             const std::vector<int>& partial_axes, ReduceOp reduction) {
   const TensorType& type = node.outputs()[r]->type();
   Rep rep;
-  rep.dims = project_back(mesh_, rule, rule.results[r], factor_axes);
+  rep.dims = project_to_dims(mesh_, rule, rule.results[r], factor_axes);
   rep.unreduced = partial_axes;
   rep.reduction = reduction;
   rep.slot = builder_.new_slot({type.dtype, padded_shape(mesh_, type.shape, rep.dims)});
@@ -209,7 +209,7 @@ double Partitioner::plan_cost(const Node& node, const OpShardingRule& rule,
   std::vector<int> partial_axes;
   ReduceOp reduction = ReduceOp::kSum;
   for (std::size_t o = 0; o < operands.size(); ++o) {
-    const DimAxes wanted = project_back(mesh_, rule, rule.operands[o], factor_axes);
+    const DimAxes wanted = project_to_dims(mesh_, rule, rule.operands[o], factor_axes);
     const TensorType& type = operands[o]->type();
     Rep rep = *current[o];
     ReshardWhy operand_why = why;
@@ -320,7 +320,7 @@ void Partitioner::lower_op(const Node& node) {
   // 2. Operands in the layout the factors ask for.
   std::vector<Rep> local;
   for (std::size_t o = 0; o < operands.size(); ++o) {
-    const DimAxes wanted = project_back(mesh_, rule, rule.operands[o], factor_axes);
+    const DimAxes wanted = project_to_dims(mesh_, rule, rule.operands[o], factor_axes);
     Rep rep = *current[o];
     const bool keep_partial = !rep.unreduced.empty() && partials_kept;
     if (rep.dims != wanted || (!rep.unreduced.empty() && !keep_partial)) {
@@ -501,6 +501,7 @@ void assign_releases(PartitionedProgram& program) {
 PartitionedProgram partition_graph(const Graph& graph, const PropagationResult& shardings) {
   PartitionedProgram program;
   program.mesh = shardings.mesh();
+  program.warnings = shardings.warnings();  // shown wherever the program's warnings are
   partition_detail::Partitioner(graph, shardings, program).run();
   assign_releases(program);
   return program;

@@ -164,10 +164,6 @@ std::optional<CheapestMoves> cheapest_moves(const Mesh& mesh, const Shape& globa
 // on them.
 DimAxes effective_axes(const Mesh& mesh, const Sharding& sharding);
 
-// The dims' axes a tensor gets from its factors' axes (factors.cc).
-DimAxes project_back(const Mesh& mesh, const OpShardingRule& rule, const DimFactors& mapping,
-                     const std::vector<std::vector<int>>& factor_axes);
-
 // What choosing an op's factor shardings looks at (factors.cc).
 struct FactorChoice {
   const Mesh& mesh;

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "shardflow/base/error.h"
+#include "shardflow/ir/sharding_projection.h"
 #include "shardflow/ir/text.h"
 #include "shardflow/ops/mark_sharding.h"
 
@@ -78,11 +79,36 @@ struct Candidate {
   int dim = 0;
 };
 
+// Propagation runs its stages in order, each until a sweep changes nothing
+// or it has run kMaxRounds rounds (a forward and a backward sweep each).
+enum class Stage {
+  kPassThrough,  // elementwise, movement and annotation ops only
+  kAllOps,
+};
+
+const char* stage_name(Stage stage) {
+  switch (stage) {
+    case Stage::kPassThrough:
+      return "pass-through ops";
+    case Stage::kAllOps:
+      return "all ops";
+  }
+  return "?";
+}
+
 class Propagator {
  public:
+  // A round carries a sharding along a path of ops that runs forward in the
+  // graph and then backward; a path that turns between earlier and later ops
+  // needs a round for each such pair of turns, so only a sharding that
+  // zig-zags about 2 * kMaxRounds times can reach the limit.
+  static constexpr int kMaxRounds = 64;
+
   Propagator(const Graph& graph, const Mesh& mesh) : graph_(graph), mesh_(mesh) {}
 
   std::unordered_map<const Value*, ValueState>& states() { return states_; }
+  // One per stage that stopped at kMaxRounds while still changing.
+  std::vector<std::string>& warnings() { return warnings_; }
 
   void run() {
     for (const auto& node : graph_.nodes()) {
@@ -91,12 +117,19 @@ class Propagator {
       for (const Value* v : node->outputs()) out.push_back(v->type());
       rules_.push_back(node->op().sharding_rule(node->op_args(), in, out));
     }
-    for (int stage = 0; stage < 2; ++stage) {
-      for (int round = 0; round < 64; ++round) {
-        bool changed = false;
+    for (const Stage stage : {Stage::kPassThrough, Stage::kAllOps}) {
+      bool changed = false;
+      for (int round = 0; round < kMaxRounds; ++round) {
+        changed = false;
         for (std::size_t n = 0; n < graph_.nodes().size(); ++n) changed |= visit(n, stage);
         for (std::size_t n = graph_.nodes().size(); n-- > 0;) changed |= visit(n, stage);
         if (!changed) break;
+      }
+      if (changed) {
+        warnings_.push_back(fmt::format(
+            "sharding propagation over {} stopped after {} rounds while still changing (%{} changed in the "
+            "last round); shardings may be incomplete, annotate more values to fix them",
+            stage_name(stage), kMaxRounds, last_changed_->name()));
       }
     }
   }
@@ -107,43 +140,10 @@ class Propagator {
            family == OpFamily::kAnnotation;
   }
 
-  int64_t axes_size(const std::vector<int>& axes) const {
-    int64_t size = 1;
-    for (int axis : axes) size *= mesh_.axis_size(axis);
-    return size;
-  }
-
-  // Splits a dim's axes over its factors, major first. A factor that is not
-  // the dim's last must be split exactly (its axes' product divides its size,
-  // and it is whole before the next factor takes axes); the last factor may be
-  // split unevenly.
-  std::vector<std::pair<int, std::vector<int>>> project_dim(const std::vector<int>& axes,
-                                                            const std::vector<int>& factors,
-                                                            const OpShardingRule& rule) const {
-    std::vector<std::pair<int, std::vector<int>>> result;
-    std::size_t next = 0;
-    for (std::size_t i = 0; i < factors.size(); ++i) {
-      const int factor = factors[i];
-      const int64_t size = rule.factors[static_cast<std::size_t>(factor)].size;
-      const bool last = i + 1 == factors.size();
-      std::vector<int> taken;
-      int64_t product = 1;
-      while (next < axes.size()) {
-        const int64_t with = product * mesh_.axis_size(axes[next]);
-        if (!last && size % with != 0) break;
-        taken.push_back(axes[next++]);
-        product = with;
-      }
-      result.emplace_back(factor, std::move(taken));
-      if (!last && product != size) break;  // not whole: later factors take nothing
-    }
-    return result;
-  }
-
   // Propagates across one node; returns whether any value changed.
-  bool visit(std::size_t index, int stage) {
+  bool visit(std::size_t index, Stage stage) {
     const Node& node = *graph_.nodes()[index];
-    if (stage == 0 && !pass_through_family(node.op().family)) return false;
+    if (stage == Stage::kPassThrough && !pass_through_family(node.op().family)) return false;
     const OpShardingRule& rule = rules_[index];
     std::vector<const Value*> tensors;
     std::vector<const DimFactors*> mappings;
@@ -158,8 +158,9 @@ class Propagator {
     for (std::size_t t = 0; t < tensors.size(); ++t) {
       const ValueState& state = states_.at(tensors[t]);
       for (std::size_t d = 0; d < mappings[t]->size(); ++d) {
-        for (auto& [factor, axes] : project_dim(state.dims[d], (*mappings[t])[d], rule)) {
-          candidates[static_cast<std::size_t>(factor)].push_back({std::move(axes), &state, static_cast<int>(d)});
+        for (FactorAxes& taken : project_to_factors(mesh_, rule, (*mappings[t])[d], state.dims[d])) {
+          candidates[static_cast<std::size_t>(taken.factor)].push_back(
+              {std::move(taken.axes), &state, static_cast<int>(d)});
         }
       }
     }
@@ -223,19 +224,11 @@ class Propagator {
       ValueState& state = states_.at(tensors[t]);
       if (state.closed) continue;
       for (std::size_t d = 0; d < mappings[t]->size(); ++d) {
-        const std::vector<int>& factors = (*mappings[t])[d];
-        std::vector<int> wanted;
-        const Candidate* source = nullptr;
-        for (std::size_t i = 0; i < factors.size(); ++i) {
-          const auto f = static_cast<std::size_t>(factors[i]);
-          const std::vector<int>& axes = factor_axes[f];
-          const bool last = i + 1 == factors.size();
-          const int64_t size = rule.factors[f].size;
-          if (!last && !axes.empty() && size % axes_size(axes) != 0) break;
-          wanted.insert(wanted.end(), axes.begin(), axes.end());
-          if (!axes.empty() && source == nullptr) source = factor_source[f];
-          if (!last && axes_size(axes) != size) break;
-        }
+        const DimProjection projected = project_to_dim(mesh_, rule, (*mappings[t])[d], factor_axes);
+        const std::vector<int>& wanted = projected.axes;
+        const Candidate* source = projected.first_factor < 0
+                                      ? nullptr
+                                      : factor_source[static_cast<std::size_t>(projected.first_factor)];
         std::vector<int>& current = state.dims[d];
         if (wanted.size() <= current.size() || !std::equal(current.begin(), current.end(), wanted.begin())) {
           continue;  // nothing new, or a conflict with what the dim already has
@@ -260,6 +253,7 @@ class Propagator {
               from.source, std::make_shared<const ShardingOrigin::Step>(ShardingOrigin::Step{&node, from.last})};
         }
         changed = true;
+        last_changed_ = tensors[t];
       }
     }
     return changed;
@@ -269,6 +263,8 @@ class Propagator {
   const Mesh& mesh_;
   std::vector<OpShardingRule> rules_;
   std::unordered_map<const Value*, ValueState> states_;
+  const Value* last_changed_ = nullptr;  // the value visit changed last
+  std::vector<std::string> warnings_;
 };
 
 bool is_mark_sharding(const Node& node) {
@@ -337,6 +333,7 @@ PropagationResult propagate_shardings(const Graph& graph,
   propagator.run();
 
   PropagationResult result(mesh);
+  result.warnings() = std::move(propagator.warnings());
   for (auto& [value, state] : propagator.states()) {
     PropagationResult::Entry entry{Sharding(mesh, state.dims), std::move(state.origins), state.closed};
     result.entries().emplace(value, std::move(entry));

@@ -19,30 +19,6 @@ namespace {
 using sf::DType;
 using sf::Shape;
 
-// The message of the shardflow::Error a call throws; "" when it does not throw.
-std::string error_of(const std::string& op, const std::vector<TestArg>& args) {
-  try {
-    call(op, args);
-  } catch (const sf::Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-struct ErrorRow {
-  std::string op;
-  std::vector<TestArg> args;
-  std::string message;  // a substring of the expected message
-};
-
-void expect_errors(const std::vector<ErrorRow>& rows) {
-  for (const ErrorRow& row : rows) {
-    const std::string message = error_of(row.op, row.args);
-    EXPECT_NE(message.find(row.message), std::string::npos)
-        << row.op << ": expected an error containing \"" << row.message << "\", got \"" << message << "\"";
-  }
-}
-
 const std::vector<Shape> kShapes = {{}, {0}, {3}, {2, 0, 4}, {2, 3}, {1, 2, 3, 2}};
 
 // ------------------------------------------------------------------- arange

@@ -29,30 +29,6 @@ int64_t ravel(const std::vector<int64_t>& position, const Shape& shape) {
   return flat;
 }
 
-// The message of the shardflow::Error a call throws; "" when it does not throw.
-std::string error_of(const std::string& op, const std::vector<TestArg>& args) {
-  try {
-    call(op, args);
-  } catch (const sf::Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-struct ErrorRow {
-  std::string op;
-  std::vector<TestArg> args;
-  std::string message;  // a substring of the expected message
-};
-
-void expect_errors(const std::vector<ErrorRow>& rows) {
-  for (const ErrorRow& row : rows) {
-    const std::string message = error_of(row.op, row.args);
-    EXPECT_NE(message.find(row.message), std::string::npos)
-        << row.op << ": expected an error containing \"" << row.message << "\", got \"" << message << "\"";
-  }
-}
-
 // Data dtypes, cycled through by the reference tests.
 DType data_dtype(int case_number) { return sf::kAllDTypes[case_number % 6]; }
 DType index_dtype(int case_number) { return case_number % 2 == 0 ? DType::kI64 : DType::kI32; }

@@ -214,12 +214,6 @@ TEST(MatmulOps, LinearMatchesReference) {
 
 // --------------------------------------------------------------- errors
 
-struct ErrorRow {
-  std::string op;
-  std::vector<TestArg> args;
-  std::string message;  // a substring of the error
-};
-
 TEST(MatmulOps, ErrorsUsePyTorchMessages) {
   std::mt19937 rng(24);
   const auto f32 = [&](sf::Shape shape) { return random_tensor(sf::DType::kF32, std::move(shape), rng); };
@@ -260,15 +254,7 @@ TEST(MatmulOps, ErrorsUsePyTorchMessages) {
       {"aten::linear", {f32({4, 3}), f32({3}), f32({1})}, "mat2 must be a matrix, got 1-D tensor"},
       {"aten::linear", {f32({4, 3}), f32({2, 5, 3})}, "t() expects a tensor with <= 2 dimensions, but self is 3D"},
   };
-  for (const ErrorRow& row : rows) {
-    try {
-      call(row.op, row.args);
-      ADD_FAILURE() << row.op << ": no error, expected: " << row.message;
-    } catch (const sf::Error& error) {
-      EXPECT_NE(std::string(error.what()).find(row.message), std::string::npos)
-          << row.op << ": got \"" << error.what() << "\", expected \"" << row.message << "\"";
-    }
-  }
+  expect_errors(rows);
 }
 
 // --------------------------------------------------------------- rules

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "shardflow/base/error.h"
+
 namespace shardflow::testing_util {
 
 OpRun run_op(const std::string& name, const std::vector<TestArg>& args) {
@@ -67,6 +69,19 @@ OpRun run_op(const std::string& name, const std::vector<TestArg>& args) {
     check_tensor(run.rule.results[i], run.inferred[i], "result");
   }
   return run;
+}
+
+void expect_errors(const std::vector<ErrorRow>& rows) {
+  for (const ErrorRow& row : rows) {
+    try {
+      call(row.op, row.args);
+      ADD_FAILURE() << row.op << ": no error, expected an error containing \"" << row.message << "\"";
+    } catch (const Error& error) {
+      EXPECT_NE(std::string(error.what()).find(row.message), std::string::npos)
+          << row.op << ": got \"" << error.what() << "\", expected an error containing \"" << row.message
+          << "\"";
+    }
+  }
 }
 
 DenseTensor random_tensor(DType dtype, Shape shape, std::mt19937& rng, int64_t lo, int64_t hi) {

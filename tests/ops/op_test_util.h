@@ -77,6 +77,17 @@ inline DenseTensor call(const std::string& name, const std::vector<TestArg>& arg
   return run_op(name, args).outputs.at(0);
 }
 
+// A call that must fail: op, arguments, and a substring of its error's message.
+struct ErrorRow {
+  std::string op;
+  std::vector<TestArg> args;
+  std::string message;
+};
+
+// Fails the test for each row whose call does not throw a shardflow::Error
+// whose message contains the row's message.
+void expect_errors(const std::vector<ErrorRow>& rows);
+
 // Random tensors: floats in [-2, 2), ints in [lo, hi), bools.
 DenseTensor random_tensor(DType dtype, Shape shape, std::mt19937& rng, int64_t lo = -5,
                           int64_t hi = 5);

@@ -291,12 +291,6 @@ TEST(ReductionOps, ArgmaxTakesTheFirstNan) {
 
 // --------------------------------------------------------------- errors
 
-struct ErrorRow {
-  std::string op;
-  std::vector<TestArg> args;
-  std::string message;  // a substring of the error
-};
-
 TEST(ReductionOps, ErrorsUsePyTorchMessages) {
   std::mt19937 rng(13);
   const auto x = random_tensor(sf::DType::kF32, {2, 3}, rng);
@@ -329,15 +323,7 @@ TEST(ReductionOps, ErrorsUsePyTorchMessages) {
        "\"log_softmax_kernel_impl\" not implemented for 'Long'"},
       {"aten::softmax", {x, 2}, "Dimension out of range"},
   };
-  for (const ErrorRow& row : rows) {
-    try {
-      call(row.op, row.args);
-      ADD_FAILURE() << row.op << ": no error, expected: " << row.message;
-    } catch (const sf::Error& error) {
-      EXPECT_NE(std::string(error.what()).find(row.message), std::string::npos)
-          << row.op << ": got \"" << error.what() << "\", expected \"" << row.message << "\"";
-    }
-  }
+  expect_errors(rows);
 }
 
 // --------------------------------------------------------------- rules

@@ -369,12 +369,6 @@ std::vector<sf::DenseTensor> zeros_list(std::vector<sf::Shape> shapes) {
   return tensors;
 }
 
-struct ErrorRow {
-  const char* op;
-  std::vector<TestArg> args;
-  const char* message;  // a substring of the error
-};
-
 std::vector<ErrorRow> error_rows() {
   const char* range2 = "Dimension out of range (expected to be in range of [-2, 1], but got 2)";
   return {
@@ -454,15 +448,7 @@ std::vector<ErrorRow> error_rows() {
 }
 
 TEST(ShapeOps, ErrorsHavePyTorchMessages) {
-  for (const ErrorRow& row : error_rows()) {
-    try {
-      call(row.op, row.args);
-      ADD_FAILURE() << row.op << ": no error, expected \"" << row.message << "\"";
-    } catch (const sf::Error& error) {
-      EXPECT_NE(std::string(error.what()).find(row.message), std::string::npos)
-          << row.op << ": got \"" << error.what() << "\", expected \"" << row.message << "\"";
-    }
-  }
+  expect_errors(error_rows());
 }
 
 // ------------------------------------------------------------ sharding rules

@@ -476,4 +476,24 @@ TEST(Patterns, ContractionDoesNotSliceAnOperandThatUsesTheAxisElsewhere) {
   EXPECT_EQ(std::count(collectives.begin(), collectives.end(), "all-reduce model"), 0);
 }
 
+// Propagation that stops at its round limit warns in the program's
+// warnings, ahead of the partitioner's own: 300 adds whose order makes the
+// sharding turn back at every add (%y1 before %y0, %y3 before %y2, ...).
+TEST(Patterns, PropagationWarningsComeFirstInTheProgram) {
+  std::string text = "func @f(%x0: f32[8]";
+  for (int k = 1; k <= 300; ++k) text += fmt::format(", %x{}: f32[8]", k);
+  text += ") -> (f32[8]) {\n  %y = " + annotate("x0", "('data',)", "f32[8]") + "\n";
+  for (int n = 0; n < 300; ++n) {
+    const int k = n ^ 1;
+    const std::string lhs = k == 0 ? "y" : fmt::format("x{}", k);
+    text += fmt::format("  %y{} = aten::add.Tensor(%{}, %x{}) : f32[8]\n", k, lhs, k + 1);
+  }
+  const Partitioned p = partition(text + "  return %y0\n}\n");
+  ASSERT_GE(p.program.warnings.size(), 2u);
+  EXPECT_NE(p.program.warnings[0].find("sharding propagation over pass-through ops stopped after 64 rounds"),
+            std::string::npos) << p.program.warnings[0];
+  EXPECT_NE(p.program.warnings[1].find("sharding propagation over all ops stopped after 64 rounds"),
+            std::string::npos) << p.program.warnings[1];
+}
+
 }  // namespace

@@ -2,6 +2,7 @@
 // and where they came from.
 #include "shardflow/propagation/propagation.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "shardflow/base/error.h"
@@ -174,6 +175,47 @@ TEST(Propagation, MeshesOfOtherDevicesOrShapesAreAnError) {
       EXPECT_NE(std::string(e.what()).find("a graph is partitioned over one mesh"), std::string::npos) << e.what();
     }
   }
+}
+
+// %a annotated over 'd', then `ops` adds %yk = %xk + %x(k+1) (with %x0 = %a):
+// a sharding that has to go from each add to the next. `zigzag` puts the
+// adds in the order 1, 0, 3, 2, ...: the path then turns back at every add,
+// and each round of forward and backward sweeps carries it over two adds.
+std::string chain_of_adds(int ops, bool zigzag) {
+  std::string text = "func @chain(%x0: f32[8]";
+  for (int k = 1; k <= ops; ++k) text += fmt::format(", %x{}: f32[8]", k);
+  text += ") -> (f32[8]) {\n"
+          "  %a = xla::dynamo_mark_sharding(%x0, [0, 1], \"(2,)\", \"('d',)\", \"('d',)\") : f32[8]\n";
+  for (int n = 0; n < ops; ++n) {
+    const int k = zigzag ? n ^ 1 : n;
+    const std::string lhs = k == 0 ? "a" : fmt::format("x{}", k);
+    text += fmt::format("  %y{} = aten::add.Tensor(%{}, %x{}) : f32[8]\n", k, lhs, k + 1);
+  }
+  return text + "  return %y0\n}\n";
+}
+
+TEST(Propagation, StoppingAtTheRoundLimitIsAWarning) {
+  // In graph order one forward sweep carries the sharding to the end.
+  const sf::Graph in_order = parse(chain_of_adds(300, false).c_str());
+  const sf::PropagationResult converged = sf::propagate_shardings(in_order);
+  EXPECT_EQ(readable(converged, in_order, "x300"), "[{d}]");
+  EXPECT_TRUE(converged.warnings().empty());
+
+  // Zig-zag: 64 rounds over pass-through ops and 64 over all ops carry it
+  // over 2 * 128 adds, to %x256; each stage stops while still changing, and
+  // names the result of the add its last round reached.
+  const sf::Graph zigzag = parse(chain_of_adds(300, true).c_str());
+  const sf::PropagationResult stopped = sf::propagate_shardings(zigzag);
+  EXPECT_EQ(readable(stopped, zigzag, "x256"), "[{d}]");
+  EXPECT_EQ(readable(stopped, zigzag, "x257"), "[{}]");
+  ASSERT_EQ(stopped.warnings().size(), 2u);
+  EXPECT_EQ(stopped.warnings()[0],
+            "sharding propagation over pass-through ops stopped after 64 rounds while still changing (%y127 "
+            "changed in the last round); shardings may be incomplete, annotate more values to fix them");
+  EXPECT_NE(stopped.warnings()[1].find("over all ops stopped after 64 rounds while still changing "
+                                       "(%y255 changed in the last round)"),
+            std::string::npos)
+      << stopped.warnings()[1];
 }
 
 }  // namespace

@@ -104,7 +104,9 @@ struct PartitionedProgram {
   std::vector<Sharding> output_shardings; // the layout each output comes out in
   std::vector<TensorType> output_types;   // their global types
   std::vector<CollectiveInfo> collectives;
-  std::vector<std::string> warnings;      // full rematerialisations, with the op that caused them
+  // Propagation's warnings (PropagationResult::warnings), then full
+  // rematerialisations, with the op that caused them.
+  std::vector<std::string> warnings;
 
   // The per-device program as text, one instruction per line.
   std::string to_string(const Graph& graph) const;

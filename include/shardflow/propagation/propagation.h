@@ -10,10 +10,11 @@
 // factor on a list of mesh axes, project back onto the tensors that can take
 // more axes. Forward and backward sweeps repeat until nothing changes, first
 // over pass-through ops (elementwise, movement, annotations) only, then over
-// all ops. It is monotone: a dim only ever gains axes at its minor end;
-// annotated values and input shardings are never changed; uneven shardings are
-// kept as they are (the partitioner pads them), never turned into
-// replication.
+// all ops; a stage that still changes after 64 rounds stops there with a
+// warning (PropagationResult::warnings). It is monotone: a dim only ever
+// gains axes at its minor end; annotated values and input shardings are
+// never changed; uneven shardings are kept as they are (the partitioner pads
+// them), never turned into replication.
 //
 // Example: for %2 = aten::matmul(%0, %1) with %1 annotated (None, 'model'),
 // the result gets [{},{model}] (origin: the annotation at %1, through %2).
@@ -70,6 +71,11 @@ class PropagationResult {
   const ShardingOrigin& origin(const Value* value, int dim) const;
   // Whether the value's sharding was fixed by the user (annotation or input).
   bool is_annotated(const Value* value) const;
+  // What users should know about the result: a stage that stopped at its
+  // round limit while still changing, naming a value it changed last. The
+  // partitioner passes these on in its program's warnings.
+  const std::vector<std::string>& warnings() const { return warnings_; }
+  std::vector<std::string>& warnings() { return warnings_; }
 
   // Filled by propagate_shardings.
   struct Entry {
@@ -83,6 +89,7 @@ class PropagationResult {
  private:
   std::shared_ptr<const Mesh> mesh_;
   std::unordered_map<const Value*, Entry> entries_;
+  std::vector<std::string> warnings_;
 };
 
 // `input_shardings[i]` is the sharding of graph input i (e.g. a captured
