@@ -66,14 +66,15 @@ int64_t tiles(const Mesh& mesh, const std::vector<int>& axes) {
 int64_t HaloSchedule::rows_sent() const { return std::accumulate(round_rows.begin(), round_rows.end(), int64_t{0}); }
 
 HaloSchedule halo_schedule(const Mesh& mesh, int64_t size, const std::vector<int>& before,
-                           const std::vector<int>& after) {
+                           const std::vector<int>& after, int64_t held_rows) {
   HaloSchedule schedule;
   schedule.axes = before;
   for (int axis : after) {
     if (std::find(before.begin(), before.end(), axis) == before.end()) schedule.axes.push_back(axis);
   }
   const Group group(mesh, schedule.axes);
-  const int64_t held = ceil_div(size, tiles(mesh, before)), wanted = ceil_div(size, tiles(mesh, after));
+  const int64_t held = held_rows > 0 ? held_rows : ceil_div(size, tiles(mesh, before));
+  const int64_t wanted = ceil_div(size, tiles(mesh, after));
   // Each member's missing rows, tile by tile of the layout before, from the
   // member that holds that tile and agrees with it on every other axis.
   std::vector<HaloTransfer> transfers;

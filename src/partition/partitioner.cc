@@ -312,6 +312,7 @@ void Partitioner::lower_op(const Node& node) {
   std::vector<const Rep*> current;
   for (const Value* v : operands) current.push_back(&reps_.at(v));
   const bool partials_kept = settle_operands(node, current);
+  if (lower_in_operand_tiles(node, inputs, current)) return;
 
   // 1. Factor shardings.
   std::vector<std::vector<int>> factor_axes =

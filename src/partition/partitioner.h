@@ -140,6 +140,12 @@ Rep reshard(ProgramBuilder& builder, const Rep& from, const DimAxes& target, con
             DType dtype, const ReshardWhy& why, std::vector<Rep>* made = nullptr,
             const std::vector<LayoutMove>* planned = nullptr);
 
+// Moves dim `dim` of `from`, whose slot holds tiles of it larger than the
+// even (ceil-sized) tiles of its axes, to those tiles by a halo exchange
+// (halo.h): a reshape computed in its operand's uneven tiles.
+Rep even_tiles(ProgramBuilder& builder, const Rep& from, int dim, const Shape& global, DType dtype,
+               const ReshardWhy& why);
+
 // The moves to `to` that cost least (bytes sent plus kCollectiveLatencyBytes
 // per collective), from whichever of `sources` (layouts of the same values)
 // that is cheapest; nullopt when the search is too large for the axes

@@ -209,6 +209,12 @@ class Partitioner {
 
   void lower_op(const Node& node);
 
+  // A reshape merging a dim split unevenly with the dims after it, computed
+  // in the operand's tiles and moved to even tiles by a halo exchange, when
+  // that costs less than the default plan (reshape_tiles.cc). Returns
+  // whether it lowered `node`.
+  bool lower_in_operand_tiles(const Node& node, const OpPlanInputs& inputs, const std::vector<const Rep*>& current);
+
   const Graph& graph_;
   const PropagationResult& shardings_;
   const Mesh& mesh_;

@@ -134,6 +134,13 @@ class Resharder {
   Resharder(ProgramBuilder& builder, const Shape& global, DType dtype, const ReshardWhy& why)
       : b_(builder), global_(global), dtype_(dtype), why_(why) {}
 
+  // The halo exchange from the tiles rep's slot holds on `dim` to the even
+  // tiles of the same axes.
+  Rep even_tiles(const Rep& rep, int dim) {
+    source_dims_ = rep.dims;
+    return emit_halo(rep, dim, rep.dims[static_cast<std::size_t>(dim)]);
+  }
+
   Rep run(Rep rep, const DimAxes& target, std::vector<Rep>* made, const std::vector<LayoutMove>* planned) {
     made_ = made;
     if (rep.dims == target && rep.unreduced.empty()) return rep;
@@ -456,7 +463,8 @@ class Resharder {
   // only the rows it lacks (halo.h), where a gather would make the whole dim.
   Rep emit_halo(const Rep& rep, int dim, const std::vector<int>& axes) {
     const auto d = static_cast<std::size_t>(dim);
-    const HaloSchedule schedule = halo_schedule(b_.mesh(), global_[d], rep.dims[d], axes);
+    const int64_t held_rows = b_.slot_type(rep.slot).shape[d];
+    const HaloSchedule schedule = halo_schedule(b_.mesh(), global_[d], rep.dims[d], axes, held_rows);
     Rep out = rep;
     out.dims[d] = axes;
     out.slot = slot_for(out.dims);
@@ -465,12 +473,18 @@ class Resharder {
     instruction.axes_before = rep.dims[d];
     instruction.axes_after = axes;
     const int64_t row_bytes = bytes(rep.slot) / std::max<int64_t>(b_.slot_type(rep.slot).shape[d], 1);
+    const std::string lacking = fmt::format("each device receives the rows it lacks (at most {} of {}) instead of the "
+                                            "whole dim{}", schedule.rows_sent(), global_[d],
+                                            on_the_way(target_ == nullptr || axes == (*target_)[d]));
     const int id = collective(
         CollectiveKind::kCollectivePermute, schedule.axes, row_bytes * schedule.rows_sent(),
-        fmt::format("{} needs {} sharded on {} but it is sharded on {} by {}; the tiles do not nest, so each "
-                    "device receives the rows it lacks (at most {} of {}) instead of the whole dim{}",
-                    why_.consumer, dim_text(dim), b_.axes_text(axes), b_.axes_text(rep.dims[d]), origin(dim, rep),
-                    schedule.rows_sent(), global_[d], on_the_way(target_ == nullptr || axes == (*target_)[d])));
+        rep.dims[d] == axes
+            ? fmt::format("{} made {} in tiles of {} rows over {} ({}), where its {} rows split evenly are tiles of {}; "
+                          "{}", why_.consumer, dim_text(dim), held_rows, b_.axes_text(axes), origin(dim, rep),
+                          global_[d], padded_shape(b_.mesh(), {global_[d]}, {axes})[0], lacking)
+            : fmt::format("{} needs {} sharded on {} but it is sharded on {} by {}; the tiles do not nest, so {}",
+                          why_.consumer, dim_text(dim), b_.axes_text(axes), b_.axes_text(rep.dims[d]),
+                          origin(dim, rep), lacking));
     b_.collective_info(id).rounds = std::max<int>(1, static_cast<int>(schedule.rounds.size()));
     instruction.collective = id;
     emit(std::move(instruction), out);
@@ -620,6 +634,11 @@ Rep reshard(ProgramBuilder& builder, const Rep& from, const DimAxes& target, con
                             from.dims.size(), target.size()));
   }
   return Resharder(builder, global, dtype, why).run(from, target, made, planned);
+}
+
+Rep even_tiles(ProgramBuilder& builder, const Rep& from, int dim, const Shape& global, DType dtype,
+               const ReshardWhy& why) {
+  return Resharder(builder, global, dtype, why).even_tiles(from, dim);
 }
 
 }  // namespace shardflow::partition_detail

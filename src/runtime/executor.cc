@@ -396,8 +396,8 @@ class DeviceRun {
     const TensorType& type = out_type(instruction);
     const int dim = instruction.dim;
     const auto d = static_cast<std::size_t>(dim);
-    const HaloSchedule schedule =
-        halo_schedule(mesh_, instruction.global_size, instruction.axes_before, instruction.axes_after);
+    const HaloSchedule schedule = halo_schedule(mesh_, instruction.global_size, instruction.axes_before,
+                                                instruction.axes_after, input.shape()[d]);
     const int64_t me = tile_index(mesh_, coords_, schedule.axes);
     const int64_t held = input.shape()[d], wanted = type.shape[d];
     const int64_t held_start = tile_index(mesh_, coords_, instruction.axes_before) * held;

@@ -686,3 +686,49 @@ TEST(Execution, FiveAxisReshardIsSearchedToTheEnd) {
 }
 
 }  // namespace
+
+namespace {
+
+// A reshape merging a dim split unevenly with the dims after it is computed
+// in the operand's tiles, then only the rows each device lacks move (a halo
+// exchange), not the whole dim (issue 30, case 3).
+TEST(Execution, ReshapeOfAnUnevenDimMovesOnlyTheMissingRows) {
+  struct Case {
+    std::string mesh;
+    int devices;
+    std::string from, reshape, to, spec_from, spec_to;
+    sf::Shape shape;
+    int64_t halo_bytes;
+  };
+  const std::string mesh2 = R"M([0, 1], "(2,)", "('x',)")M";
+  const std::string mesh4 = R"M([3, 1, 0, 2], "(4,)", "('x',)")M";
+  const Case cases[] = {
+      // XLA's test: 7 rows of 1000 merged and split into 14 of 500; one
+      // half-row of 24 x 2 x 500 floats reaches device 1.
+      {mesh2, 2, "f32[16,3,7,1000]", "[24, 2, 1, 14, 500]", "f32[24,2,1,14,500]", "(None, None, 'x', None)",
+       "(None, None, None, 'x', None)", {16, 3, 7, 1000}, 24 * 2 * 500 * 4},
+      // 5 rows over 4 devices (tiles of 2: 2, 2, 1, 0) merged with 6
+      // columns: tiles of 12 of 30 rows, wanted in tiles of 8. Devices 1-3
+      // lack 4, 8 and 6 rows, each from the one before: one round of 8 rows.
+      {mesh4, 4, "f32[5,6,64]", "[30, 64]", "f32[30,64]", "('x', None, None)", "('x', None)", {5, 6, 64}, 8 * 64 * 4},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.from + " -> " + c.to);
+    sf::Runtime runtime = sf::Runtime::local(c.devices);
+    const std::string text = "func @f(%p: " + c.from + ") -> (" + c.to + ") {\n"
+                             "  %a = " + annotate("p", c.spec_from, c.from, c.mesh) + "\n"
+                             "  %r = aten::reshape(%a, " + c.reshape + ") : " + c.to + "\n"
+                             "  %b = " + annotate("r", c.spec_to, c.to, c.mesh) + "\n"
+                             "  return %b\n}\n";
+    std::vector<std::string> collectives;
+    expect_same(text, runtime, {sf::randn(c.shape, 9)}, &collectives);
+    ASSERT_EQ(collectives.size(), 1u) << testing::PrintToString(collectives);
+    EXPECT_EQ(collectives[0].rfind("collective-permute over 'x'", 0), 0u) << collectives[0];
+    const sf::Graph graph = sf::parse_graph(text);
+    const sf::PartitionedProgram program = sf::partition_graph(graph, sf::propagate_shardings(graph));
+    EXPECT_EQ(program.collectives[0].bytes_per_device, c.halo_bytes) << collectives[0];
+    EXPECT_TRUE(program.warnings.empty());
+  }
+}
+
+}  // namespace

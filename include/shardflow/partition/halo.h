@@ -32,8 +32,11 @@ struct HaloSchedule {
 
 // The exchange moving a dim of `size` rows from tiles over `before` to
 // tiles over `after` (ceil-sized tiles, the last ones short or empty).
+// `held_rows`, when given, is the size of the tiles before instead: a
+// reshape computed in its operand's tiles of a factor that does not divide
+// evenly (7 rows over 2 devices, then merged with 2: tiles of 8 of 14, not 7).
 // Every device computes the same schedule.
 HaloSchedule halo_schedule(const Mesh& mesh, int64_t size, const std::vector<int>& before,
-                           const std::vector<int>& after);
+                           const std::vector<int>& after, int64_t held_rows = 0);
 
 }  // namespace shardflow
