@@ -16,7 +16,8 @@
 //                                 kernel_threads threads, five loop shapes,
 //                                 two passes each) / weight bytes a decode
 //                                 step reads (weights_MiB);
-//                                 the median over 5 chunks of decode steps,
+//                                 the median over 5 chunks of decode steps
+//                                 (bw_fraction_min and _max: their spread),
 //                                 each bounded by the faster of the probes
 //                                 right before and right after it, and
 //                                 timed after one untimed step. Above 1 when
@@ -47,6 +48,7 @@
 //                                 largest device, and its ratio to one device
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -261,6 +263,7 @@ struct Result {
   // One device, batch 1: memory bandwidth and the fractions of it reached;
   // the same against a read of the weights' bytes alone.
   double bandwidth = 0, bw_fraction = 0, matmul_bw_fraction = 0;
+  double bw_fraction_min = 0, bw_fraction_max = 0;  // the spread of the chunks' fractions
   double same_bytes_bandwidth = 0, same_bytes_bw_fraction = 0, probe_bytes = 0;
   int64_t collectives = 0, resident = 0, peak = 0;
   double collective_bytes = 0, megatron_bytes = 0;  // sent per device per decode step
@@ -338,6 +341,8 @@ Result measure(const llama::Config& config, const std::vector<int64_t>& mesh_sha
     r.decode_tok_s = static_cast<double>(steps) / seconds;
     r.bandwidth = median(bandwidths);
     r.bw_fraction = median(fractions);
+    r.bw_fraction_min = *std::min_element(fractions.begin(), fractions.end());
+    r.bw_fraction_max = *std::max_element(fractions.begin(), fractions.end());
     r.matmul_bw_fraction = median(matmul_fractions);
     r.same_bytes_bandwidth = median(same_bytes);
     r.same_bytes_bw_fraction = median(same_bytes_fractions);
@@ -415,6 +420,8 @@ void Generate(benchmark::State& state, const std::string& name, std::vector<int6
     state.counters["kernel_threads"] = sf::kernel_threads();
     state.counters["bw_GB_s"] = r.bandwidth / 1e9;
     state.counters["bw_fraction"] = r.bw_fraction;
+    state.counters["bw_fraction_min"] = r.bw_fraction_min;
+    state.counters["bw_fraction_max"] = r.bw_fraction_max;
     state.counters["matmul_bw_fraction"] = r.matmul_bw_fraction;
     state.counters["llc_MiB"] = static_cast<double>(llc_bytes()) / (1 << 20);
     state.counters["probe_MiB"] = r.probe_bytes / (1 << 20);
