@@ -6,7 +6,8 @@ memory speed moves between minutes; alternating keeps the ratios honest):
 - shardflow native: ``shardflow.llama`` on the same weights, mesh and plan
   (what ``shardflow llama`` runs). bridge / native is the bridge's cost.
 - eager PyTorch 2.13 on one device with 1 and 2 threads, the same model
-  without annotations.
+  without annotations: the peer (native / eager is shardflow against
+  PyTorch on the same shapes and weights).
 
 Weights are random of a named shape (llama2.c's stories15M/110M). The cache
 holds --seq-len positions (default: the config's, at most 1024).
@@ -120,9 +121,11 @@ def main() -> int:
             for name, (prefill, decode, low, high) in r.items():
                 print(f"  {name:18s} {prefill:14.1f} {decode:13.1f}   {low:7.1f}-{high:<7.1f}")
             bridge, native = r["bridge"], r["native"]
+            eager1, eager2 = r["eager 1 thread"], r["eager 2 threads"]
             print(f"  bridge / native: prefill {bridge[0] / native[0]:.2f}, decode {bridge[1] / native[1]:.2f}; "
-                  f"bridge / eager (1, 2 threads) decode {bridge[1] / r['eager 1 thread'][1]:.2f}, "
-                  f"{bridge[1] / r['eager 2 threads'][1]:.2f}")
+                  f"bridge / eager (1, 2 threads) decode {bridge[1] / eager1[1]:.2f}, {bridge[1] / eager2[1]:.2f}")
+            print(f"  native / eager (1, 2 threads): prefill {native[0] / eager1[0]:.2f}, {native[0] / eager2[0]:.2f}; "
+                  f"decode {native[1] / eager1[1]:.2f}, {native[1] / eager2[1]:.2f}")
     return 0
 
 
