@@ -163,7 +163,7 @@ bool lookup_in_shards_is_cheaper(const FactorChoice& c, const Value& operand, co
 
 }  // namespace
 
-std::vector<std::vector<int>> choose_factors(const FactorChoice& c, FactorPlan plan) {
+std::vector<std::vector<int>> factors_for_plan(const FactorChoice& c, FactorPlan plan) {
   const Mesh& mesh = c.mesh;
   const Node& node = c.node;
   const OpShardingRule& rule = c.rule;

@@ -35,7 +35,7 @@
 
 namespace shardflow {
 
-using partition_detail::choose_factors;
+using partition_detail::factors_for_plan;
 using partition_detail::DimAxes;
 using partition_detail::effective_axes;
 using partition_detail::FactorChoice;
@@ -276,15 +276,15 @@ bool Partitioner::settle_operands(const Node& node, std::vector<const Rep*>& cur
   return partials_kept;
 }
 
-std::vector<std::vector<int>> Partitioner::chosen_factors(
+std::vector<std::vector<int>> Partitioner::factors_of_cheapest_plan(
     const Node& node, const OpPlanInputs& inputs, const std::vector<const Rep*>& current,
     bool partials_kept, OperandMoves operand_moves, double* cost) {
   const FactorChoice choice{mesh_, shardings_, node, inputs.rule, current, partials_kept, inputs.addend};
-  std::vector<std::vector<int>> factor_axes = choose_factors(choice, FactorPlan::kResultsThenOperands);
+  std::vector<std::vector<int>> factor_axes = factors_for_plan(choice, FactorPlan::kResultsThenOperands);
   double least = -1;
   if (!node.op().position_dependent) {
     for (const FactorPlan plan : {FactorPlan::kOperandsOnly, FactorPlan::kResultsOnly}) {
-      std::vector<std::vector<int>> other = choose_factors(choice, plan);
+      std::vector<std::vector<int>> other = factors_for_plan(choice, plan);
       if (other == factor_axes) continue;
       if (least < 0) least = plan_cost(node, inputs.rule, current, partials_kept, factor_axes, operand_moves);
       const double other_cost = plan_cost(node, inputs.rule, current, partials_kept, other, operand_moves);
@@ -316,7 +316,7 @@ void Partitioner::lower_op(const Node& node) {
 
   // 1. Factor shardings.
   std::vector<std::vector<int>> factor_axes =
-      chosen_factors(node, inputs, current, partials_kept, OperandMoves::kFromCurrent, nullptr);
+      factors_of_cheapest_plan(node, inputs, current, partials_kept, OperandMoves::kFromCurrent, nullptr);
 
   // 2. Operands in the layout the factors ask for.
   std::vector<Rep> local;

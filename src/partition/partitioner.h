@@ -142,10 +142,11 @@ struct FactorChoice {
 // where an operand shards it).
 enum class FactorPlan { kResultsThenOperands, kOperandsOnly, kResultsOnly };
 
-// The mesh axes of each factor: contractions the operands already agree
-// on, then (by the plan) the layouts propagation gave the results and what
-// the operands' layouts offer.
-std::vector<std::vector<int>> choose_factors(const FactorChoice& choice, FactorPlan plan);
+// The mesh axes of each factor under one plan: contractions the operands
+// already agree on, then (by the plan) the layouts propagation gave the
+// results and what the operands' layouts offer. Costing the plans against
+// each other is the Partitioner's (factors_of_cheapest_plan).
+std::vector<std::vector<int>> factors_for_plan(const FactorChoice& choice, FactorPlan plan);
 
 // The padded local shape of `global` under `dims`.
 Shape padded_shape(const Mesh& mesh, const Shape& global, const DimAxes& dims);

@@ -196,16 +196,18 @@ class Partitioner {
   // Returns whether the partial operands stay partial (partials_stay).
   bool settle_operands(const Node& node, std::vector<const Rep*>& current) const;
 
-  // The factor shardings of `node` with its operands as `current`. An op
-  // whose results are wanted in another layout than its operands have is
-  // computed where moving costs least: in the results' layout filled in by
-  // the operands' (the default), in the operands' alone (moving the
+  // The factor shardings of `node` with its operands as `current`, under
+  // whichever FactorPlan costs least (factors_for_plan gives each plan's).
+  // An op whose results are wanted in another layout than its operands have
+  // is computed where moving costs least: in the results' layout filled in
+  // by the operands' (the default), in the operands' alone (moving the
   // smaller results: a sum that shrinks its input 4x), or in the results'
   // alone (gathering a smaller operand rather than a larger result). `cost`,
   // when given, gets the chosen plan's plan_cost.
-  std::vector<std::vector<int>> chosen_factors(const Node& node, const OpPlanInputs& inputs,
-                                               const std::vector<const Rep*>& current, bool partials_kept,
-                                               OperandMoves operand_moves, double* cost);
+  std::vector<std::vector<int>> factors_of_cheapest_plan(const Node& node, const OpPlanInputs& inputs,
+                                                         const std::vector<const Rep*>& current,
+                                                         bool partials_kept, OperandMoves operand_moves,
+                                                         double* cost);
 
   void lower_op(const Node& node);
 

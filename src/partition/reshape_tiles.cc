@@ -99,7 +99,7 @@ bool Partitioner::lower_in_operand_tiles(const Node& node, const OpPlanInputs& i
   // Against the default plan, both with the result moved to the layout
   // propagation gave it.
   double default_cost = 0;
-  chosen_factors(node, inputs, current, false, OperandMoves::kFromCurrent, &default_cost);
+  factors_of_cheapest_plan(node, inputs, current, false, OperandMoves::kFromCurrent, &default_cost);
   const ProgramBuilder::Mark mark = builder_.mark();
   const DimAxes wanted = effective_axes(mesh_, shardings_.sharding(output));
   const Rep trial = emit();

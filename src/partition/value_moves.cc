@@ -98,7 +98,7 @@ std::optional<double> Partitioner::use_cost(const Node& user, const Value* value
   const OpPlanInputs inputs = plan_inputs(user);
   const bool partials_kept = settle_operands(user, current);
   double cost = 0;
-  chosen_factors(user, inputs, current, partials_kept, OperandMoves::kFromMadeLayouts, &cost);
+  factors_of_cheapest_plan(user, inputs, current, partials_kept, OperandMoves::kFromMadeLayouts, &cost);
   return cost;
 }
 
