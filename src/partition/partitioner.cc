@@ -94,7 +94,7 @@ void Partitioner::run() {
   for (std::size_t i = 0; i < graph_.outputs().size(); ++i) {
     const Value* output = graph_.outputs()[i];
     const Sharding& sharding = shardings_.sharding(output);
-    const Rep rep = reshard_value(output, effective_axes(mesh_, sharding), fmt::format("output {}", i));
+    const Rep rep = move_value_for_use(output, effective_axes(mesh_, sharding), fmt::format("output {}", i));
     program_.output_slots.push_back(rep.slot);
     program_.output_shardings.push_back(sharding);
     program_.output_types.push_back(output->type());
@@ -217,7 +217,7 @@ double Partitioner::plan_cost(const Node& node, const OpShardingRule& rule,
     if (!rep.unreduced.empty() && partials_kept) {
       partial_axes.insert(partial_axes.end(), rep.unreduced.begin(), rep.unreduced.end());
       rep.unreduced.clear();
-      if (rep.dims != wanted) partition_detail::reshard(builder_, rep, wanted, type.shape, type.dtype, operand_why);
+      if (rep.dims != wanted) partition_detail::emit_reshard(builder_, rep, wanted, type.shape, type.dtype, operand_why);
     } else if ((rep.dims != wanted || !rep.unreduced.empty()) &&
                !layouts_.contains({alias_root(operands[o]), wanted})) {
       const Value* root = alias_root(operands[o]);
@@ -225,8 +225,8 @@ double Partitioner::plan_cost(const Node& node, const OpShardingRule& rule,
           operand_moves == OperandMoves::kFromMadeLayouts && (rep.unreduced.empty() || reduced_.contains(root))
               ? cheapest_from_made(root, rep.unreduced.empty() ? current[o] : nullptr, wanted, type)
               : std::nullopt;
-      partition_detail::reshard(builder_, found ? *found->source : rep, wanted, type.shape, type.dtype, operand_why,
-                                nullptr, found ? &found->moves : nullptr);
+      partition_detail::emit_reshard(builder_, found ? *found->source : rep, wanted, type.shape, type.dtype, operand_why,
+                                     nullptr, found ? &found->moves : nullptr);
     }
   }
   const std::vector<int> reduced = sharded_reduction_axes(rule, factor_axes, reduction);
@@ -244,7 +244,7 @@ double Partitioner::plan_cost(const Node& node, const OpShardingRule& rule,
     if (rep.dims == wanted && rep.unreduced.empty()) {
       made.push_back(rep);
     } else {
-      partition_detail::reshard(builder_, rep, wanted, type.shape, type.dtype, result_why, &made);
+      partition_detail::emit_reshard(builder_, rep, wanted, type.shape, type.dtype, result_why, &made);
     }
     // And the layouts later annotations want it in: a plan whose result
     // slices cheaply to the first may leave the next a gather.
@@ -333,13 +333,13 @@ void Partitioner::lower_op(const Node& node) {
         // or slicing partials of the same reduction group keeps them partial.
         Rep layout = rep;
         layout.unreduced.clear();
-        Rep moved = partition_detail::reshard(builder_, layout, wanted, type.shape, type.dtype, why);
+        Rep moved = partition_detail::emit_reshard(builder_, layout, wanted, type.shape, type.dtype, why);
         moved.unreduced = rep.unreduced;
         moved.reduction = rep.reduction;
         moved.unreduced_reason = rep.unreduced_reason;
         rep = std::move(moved);
       } else {
-        rep = reshard_value(operands[o], wanted, node_text(node));
+        rep = move_value_for_use(operands[o], wanted, node_text(node));
       }
     }
     local.push_back(std::move(rep));
@@ -470,7 +470,7 @@ void Partitioner::lower_op(const Node& node) {
     reps_[output] = results[r];
     if (op.position_dependent) {
       // Computed whole on every device: keep the shard propagation chose.
-      reps_[output] = reshard_value(output, effective_axes(mesh_, shardings_.sharding(output)), node_text(node));
+      reps_[output] = move_value_for_use(output, effective_axes(mesh_, shardings_.sharding(output)), node_text(node));
     }
   }
 }

@@ -87,13 +87,15 @@ struct LayoutMove {
 };
 
 // Emits what turns `from` into `target` dims with no partial sums; returns
-// the new representation. `made`, when given, gets every representation
-// without partial sums made on the way, in order (the result last): the
-// first is the reduction's result when `from` is partial. `planned`, when
-// given, are the moves cheapest_moves found from `from` (not searched again).
-Rep reshard(ProgramBuilder& builder, const Rep& from, const DimAxes& target, const Shape& global,
-            DType dtype, const ReshardWhy& why, std::vector<Rep>* made = nullptr,
-            const std::vector<LayoutMove>* planned = nullptr);
+// the new representation. It starts from `from` only: reusing a layout the
+// graph value already has elsewhere is Partitioner::move_value_for_use's.
+// `made`, when given, gets every representation without partial sums made
+// on the way, in order (the result last): the first is the reduction's
+// result when `from` is partial. `planned`, when given, are the moves
+// cheapest_moves found from `from` (not searched again).
+Rep emit_reshard(ProgramBuilder& builder, const Rep& from, const DimAxes& target, const Shape& global,
+                 DType dtype, const ReshardWhy& why, std::vector<Rep>* made = nullptr,
+                 const std::vector<LayoutMove>* planned = nullptr);
 
 // Moves dim `dim` of `from`, whose slot holds tiles of it larger than the
 // even (ceil-sized) tiles of its axes, to those tiles by a halo exchange

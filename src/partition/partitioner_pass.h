@@ -44,14 +44,16 @@ class Partitioner {
     std::string use;
   };
 
-  // The same values wanted in a layout they already have somewhere are not
-  // moved again: q, k and v projections of one normalised input share one
-  // reshard, and so do an annotation's result and its input (or another
-  // annotation of it). Otherwise the move starts from whichever layout made
-  // so far sends the fewest bytes: a whole copy made inside an earlier
-  // gather-then-slice is sliced, not gathered again.
-  Rep reshard_value(const Value* value, const DimAxes& target, std::string consumer,
-                    const std::vector<LaterUse>& later = {});
+  // Emits the moves of graph value `value` to `target` for `consumer`
+  // (emit_reshard, from a layout made so far). The same values wanted in a
+  // layout they already have somewhere are not moved again: q, k and v
+  // projections of one normalised input share one reshard, and so do an
+  // annotation's result and its input (or another annotation of it).
+  // Otherwise the move starts from whichever layout made so far sends the
+  // fewest bytes: a whole copy made inside an earlier gather-then-slice is
+  // sliced, not gathered again.
+  Rep move_value_for_use(const Value* value, const DimAxes& target, std::string consumer,
+                         const std::vector<LaterUse>& later = {});
 
   // "the annotation at %c, %q aten::neg": the uses of `value` other than
   // `consumer`, as collective reasons name them.
@@ -171,7 +173,7 @@ class Partitioner {
 
   // How plan_cost moves an operand: from its current layout (how lower_op
   // compares plans), or from whichever layout made so far costs least (how
-  // reshard_value then moves it). Comparing plans the second way finds
+  // move_value_for_use then moves it). Comparing plans the second way finds
   // plans that are cheaper one op at a time but dearer for the ops after
   // them: LLaMA's decode step on a 2,2,2 mesh took one collective more.
   enum class OperandMoves { kFromCurrent, kFromMadeLayouts };

@@ -104,7 +104,7 @@ bool Partitioner::lower_in_operand_tiles(const Node& node, const OpPlanInputs& i
   const DimAxes wanted = effective_axes(mesh_, shardings_.sharding(output));
   const Rep trial = emit();
   const ReshardWhy trial_why{output, "", [](int) { return std::string(); }};
-  if (trial.dims != wanted) partition_detail::reshard(builder_, trial, wanted, type.shape, type.dtype, trial_why);
+  if (trial.dims != wanted) partition_detail::emit_reshard(builder_, trial, wanted, type.shape, type.dtype, trial_why);
   const double cost = builder_.cost_since(mark);
   builder_.rollback(mark);
   if (cost >= default_cost) return false;

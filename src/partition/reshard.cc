@@ -572,8 +572,8 @@ class Resharder {
 
 }  // namespace
 
-Rep reshard(ProgramBuilder& builder, const Rep& from, const DimAxes& target, const Shape& global,
-            DType dtype, const ReshardWhy& why, std::vector<Rep>* made, const std::vector<LayoutMove>* planned) {
+Rep emit_reshard(ProgramBuilder& builder, const Rep& from, const DimAxes& target, const Shape& global,
+                 DType dtype, const ReshardWhy& why, std::vector<Rep>* made, const std::vector<LayoutMove>* planned) {
   if (target.size() != from.dims.size()) {
     throw Error(fmt::format("internal: resharding %{} of rank {} to a rank-{} sharding", why.value->name(),
                             from.dims.size(), target.size()));

@@ -15,8 +15,8 @@
 
 namespace shardflow::partition_detail {
 
-Rep Partitioner::reshard_value(const Value* value, const DimAxes& target, std::string consumer,
-                               const std::vector<LaterUse>& later) {
+Rep Partitioner::move_value_for_use(const Value* value, const DimAxes& target, std::string consumer,
+                                    const std::vector<LaterUse>& later) {
   const Rep& rep = reps_.at(value);
   if (rep.dims == target && rep.unreduced.empty()) return rep;
   const Value* root = alias_root(value);
@@ -46,8 +46,8 @@ Rep Partitioner::reshard_value(const Value* value, const DimAxes& target, std::s
     }
   }
   std::vector<Rep> made;
-  Rep result = partition_detail::reshard(builder_, *source, target, value->type().shape, value->type().dtype, why,
-                                         &made, found ? &found->moves : nullptr);
+  Rep result = partition_detail::emit_reshard(builder_, *source, target, value->type().shape, value->type().dtype, why,
+                                              &made, found ? &found->moves : nullptr);
   if (!source->unreduced.empty() && !made.empty()) reduced_.emplace(root, made.front());
   for (const Rep& layout : made) layouts_.emplace(std::make_pair(root, layout.dims), layout);
   return result;
@@ -146,7 +146,8 @@ void Partitioner::reduce_for_all_uses(const Value* value, const Rep& rep, const 
     shared_why.consumer = fmt::format("{} (and {}, sharing the reduction)", why.consumer, others);
   }
   const auto emit_reduction = [&](const std::vector<LayoutMove>& prefix, std::vector<Rep>& made) {
-    partition_detail::reshard(builder_, rep, prefix.back().after, type.shape, type.dtype, shared_why, &made, &prefix);
+    partition_detail::emit_reshard(builder_, rep, prefix.back().after, type.shape, type.dtype, shared_why, &made,
+                                   &prefix);
   };
   // Each reduction is tried as it is and followed by the layout that every
   // use slices its tiles from (shared_prefix_layout), where one exists.
@@ -166,7 +167,7 @@ void Partitioner::reduce_for_all_uses(const Value* value, const Rep& rep, const 
       emit_reduction(candidates[c], made);
       const auto move_to = [&](const DimAxes& t) {
         if (!move_from(made, t, type, why)) {
-          partition_detail::reshard(builder_, made.front(), t, type.shape, type.dtype, why, &made);
+          partition_detail::emit_reshard(builder_, made.front(), t, type.shape, type.dtype, why, &made);
         }
       };
       if (shared[c]) move_to(*shared[c]);
@@ -198,7 +199,7 @@ void Partitioner::reduce_for_all_uses(const Value* value, const Rep& rep, const 
   std::vector<Rep> made;
   emit_reduction(candidates[best], made);
   if (shared[best] && !move_from(made, *shared[best], type, shared_why)) {
-    partition_detail::reshard(builder_, made.front(), *shared[best], type.shape, type.dtype, shared_why, &made);
+    partition_detail::emit_reshard(builder_, made.front(), *shared[best], type.shape, type.dtype, shared_why, &made);
   }
   reduced_.emplace(root, made.front());
   for (const Rep& layout : made) layouts_.emplace(std::make_pair(root, layout.dims), layout);
@@ -242,7 +243,7 @@ bool Partitioner::move_from(std::vector<Rep>& made, const DimAxes& target, const
       partition_detail::cheapest_moves(mesh_, type.shape, type.dtype, layouts, target);
   if (!found) return false;
   const Rep from = made[found->source];  // `made` grows below
-  partition_detail::reshard(builder_, from, target, type.shape, type.dtype, why, &made, &found->moves);
+  partition_detail::emit_reshard(builder_, from, target, type.shape, type.dtype, why, &made, &found->moves);
   return true;
 }
 
@@ -256,7 +257,7 @@ double Partitioner::moves_cost(const Value* value, const std::vector<DimAxes>& t
     const std::optional<MovesFrom> found = cheapest_from_made(root, nullptr, t, type);
     if (!found) continue;  // too many axes to search: not told apart
     std::vector<Rep> made;
-    partition_detail::reshard(builder_, *found->source, t, type.shape, type.dtype, why, &made, &found->moves);
+    partition_detail::emit_reshard(builder_, *found->source, t, type.shape, type.dtype, why, &made, &found->moves);
     for (const Rep& layout : made) {
       if (layouts_.emplace(std::make_pair(root, layout.dims), layout).second) added.emplace_back(root, layout.dims);
     }
@@ -309,7 +310,8 @@ void Partitioner::move_for_later(const Value* value, const DimAxes& target,
                             fmt::join(later | std::views::transform(&LaterUse::use), ", "))
               : fmt::format("{} (moved here, before {}, as both then cost least)", later[best - 1].use, why.consumer);
   std::vector<Rep> made;
-  partition_detail::reshard(builder_, *found->source, first, type.shape, type.dtype, first_why, &made, &found->moves);
+  partition_detail::emit_reshard(builder_, *found->source, first, type.shape, type.dtype, first_why, &made,
+                                 &found->moves);
   for (const Rep& layout : made) layouts_.emplace(std::make_pair(root, layout.dims), layout);
 }
 
@@ -347,8 +349,8 @@ std::vector<Partitioner::LaterUse> Partitioner::later_uses(const Node& annotatio
 void Partitioner::lower_annotation(const Node& node) {
   const Value* input = node.inputs()[0];
   const Value* output = node.output();
-  reps_[output] = reshard_value(input, effective_axes(mesh_, shardings_.sharding(output)),
-                                fmt::format("the annotation at %{}", output->name()), later_uses(node));
+  reps_[output] = move_value_for_use(input, effective_axes(mesh_, shardings_.sharding(output)),
+                                     fmt::format("the annotation at %{}", output->name()), later_uses(node));
   alias_roots_[output] = alias_root(input);
 }
 
