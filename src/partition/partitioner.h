@@ -43,8 +43,9 @@ inline bool tiles_nest(const Mesh& mesh, int64_t size, const std::vector<int>& i
   return tiles_nest(size, outer_tiles, inner_tiles);
 }
 
-// A value's current local representation on every device.
-struct Rep {
+// A graph value as every device holds it now (its local representation):
+// its slot, the mesh axes its dims are split over, its partial sums.
+struct LocalValue {
   int slot = -1;
   DimAxes dims;
   std::vector<int> unreduced;  // sorted mesh axes over which the value is a partial result
@@ -54,7 +55,7 @@ struct Rep {
 
 // Why a value is being resharded: who needs it, and how to describe a dim's
 // current sharding.
-struct ReshardWhy {
+struct ReshardReason {
   const Value* value = nullptr;      // the graph value
   std::string consumer;              // "%9 aten::softmax.int", "the annotation at %4", "output 0"
   std::function<std::string(int)> origin;  // describes where dim d's current axes came from
@@ -93,15 +94,15 @@ struct LayoutMove {
 // on the way, in order (the result last): the first is the reduction's
 // result when `from` is partial. `planned`, when given, are the moves
 // cheapest_moves found from `from` (not searched again).
-Rep emit_reshard(ProgramBuilder& builder, const Rep& from, const DimAxes& target, const Shape& global,
-                 DType dtype, const ReshardWhy& why, std::vector<Rep>* made = nullptr,
-                 const std::vector<LayoutMove>* planned = nullptr);
+LocalValue emit_reshard(ProgramBuilder& builder, const LocalValue& from, const DimAxes& target, const Shape& global,
+                        DType dtype, const ReshardReason& why, std::vector<LocalValue>* made = nullptr,
+                        const std::vector<LayoutMove>* planned = nullptr);
 
 // Moves dim `dim` of `from`, whose slot holds tiles of it larger than the
 // even (ceil-sized) tiles of its axes, to those tiles by a halo exchange
 // (halo.h): a reshape computed in its operand's uneven tiles.
-Rep even_tiles(ProgramBuilder& builder, const Rep& from, int dim, const Shape& global, DType dtype,
-               const ReshardWhy& why);
+LocalValue even_tiles(ProgramBuilder& builder, const LocalValue& from, int dim, const Shape& global, DType dtype,
+                      const ReshardReason& why);
 
 // The moves to `to` that cost least (bytes sent plus kCollectiveLatencyBytes
 // per collective), from whichever of `sources` (layouts of the same values)
@@ -110,9 +111,9 @@ Rep even_tiles(ProgramBuilder& builder, const Rep& from, int dim, const Shape& g
 // axes, all sources alike) is reduced on the way: reduce-scatters onto any
 // dim, in any order of its partial axes, and an all-reduce of what is left,
 // with layout moves before, between or after them. `reduction_shared`
-// (ReshardWhy::reduction_shared) allows only a scatter over every partial
-// axis at once where the target has them, or an all-reduce, before any
-// layout move.
+// (ReshardReason::reduction_shared) allows only a scatter over every
+// partial axis at once where the target has them, or an all-reduce, before
+// any layout move.
 struct CheapestMoves {
   std::size_t source = 0;  // index into the sources
   std::vector<LayoutMove> moves;
@@ -133,9 +134,9 @@ struct FactorChoice {
   const PropagationResult& shardings;
   const Node& node;
   const OpShardingRule& rule;
-  const std::vector<const Rep*>& current;  // the operands as they are now
-  bool partials_kept;                       // its partial operands stay partial
-  int addend;                               // the operand counted once (linear's bias), or -1
+  const std::vector<const LocalValue*>& current;  // the operands as they are now
+  bool partials_kept;                              // its partial operands stay partial
+  int addend;                                      // the operand counted once (linear's bias), or -1
 };
 
 // Where an op is computed: its results' layouts, filled in by what the
