@@ -11,7 +11,7 @@
 #include <ranges>
 
 #include "partitioner_pass.h"
-#include "shardflow/ops/mark_sharding.h"
+#include "shardflow/ops/annotation.h"
 
 namespace shardflow::partition_detail {
 
