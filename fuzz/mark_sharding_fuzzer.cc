@@ -19,7 +19,7 @@
 
 #include "fuzz_support.h"
 #include "shardflow/ir/binding.h"
-#include "shardflow/ops/mark_sharding.h"
+#include "shardflow/ops/annotation.h"
 #include "shardflow/ops/ops.h"
 #include "shardflow/sharding/hlo_sharding.h"
 #include "shardflow/sharding/shard_layout.h"

@@ -1,12 +1,13 @@
 // xla::dynamo_mark_sharding: identity on values, a sharding constraint for
 // propagation. Its rule passes every dim through:
 //   ([i, j])->([i, j]) {i=8, j=512}
+#include "shardflow/ops/annotation.h"
+
 #include <fmt/format.h>
 
 #include "families.h"
 #include "shardflow/base/error.h"
 #include "shardflow/base/python_literal.h"
-#include "shardflow/ops/mark_sharding.h"
 
 namespace shardflow::ops {
 

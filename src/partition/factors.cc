@@ -133,7 +133,7 @@ int64_t partial_result_bytes(const FactorChoice& c, const std::vector<int>& axes
 bool slicing_whole_operands_is_cheaper(const FactorChoice& c, const std::vector<Value*>& operands,
                                        const std::vector<std::size_t>& whole, const std::vector<int>& axes) {
   const Mesh& mesh = c.mesh;
-  const std::vector<const Rep*>& current = c.current;
+  const std::vector<const LocalValue*>& current = c.current;
   for (std::size_t o : whole) {
     for (const std::vector<int>& dim : current[o]->dims) {
       for (int axis : dim) {
@@ -155,7 +155,7 @@ bool slicing_whole_operands_is_cheaper(const FactorChoice& c, const std::vector<
 // all-reduce sends about twice its bytes; the alternative gathers the
 // operand along the dim. A table is far larger than the rows a step looks
 // up; an index_select that keeps most of its source is not.
-bool lookup_in_shards_is_cheaper(const FactorChoice& c, const Value& operand, const Rep& current,
+bool lookup_in_shards_is_cheaper(const FactorChoice& c, const Value& operand, const LocalValue& current,
                                  const std::vector<int>& axes) {
   const int64_t shard_bytes = operand.type().nbytes() / devices_over(c.mesh, current.dims);
   return 2 * partial_result_bytes(c, axes) < devices_over(c.mesh, {axes}) * shard_bytes;
@@ -163,11 +163,11 @@ bool lookup_in_shards_is_cheaper(const FactorChoice& c, const Value& operand, co
 
 }  // namespace
 
-std::vector<std::vector<int>> choose_factors(const FactorChoice& c, FactorPlan plan) {
+std::vector<std::vector<int>> factors_for_plan(const FactorChoice& c, FactorPlan plan) {
   const Mesh& mesh = c.mesh;
   const Node& node = c.node;
   const OpShardingRule& rule = c.rule;
-  const std::vector<const Rep*>& current = c.current;
+  const std::vector<const LocalValue*>& current = c.current;
   const OpDef& op = node.op();
   const std::vector<Value*> operands = node.inputs();
   std::vector<std::vector<int>> factor_axes(rule.factors.size());

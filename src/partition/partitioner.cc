@@ -31,19 +31,19 @@
 #include "shardflow/base/error.h"
 #include "shardflow/ir/sharding_projection.h"
 #include "shardflow/ir/text.h"
-#include "shardflow/ops/mark_sharding.h"
+#include "shardflow/ops/annotation.h"
 
 namespace shardflow {
 
-using partition_detail::choose_factors;
+using partition_detail::factors_for_plan;
 using partition_detail::DimAxes;
 using partition_detail::effective_axes;
 using partition_detail::FactorChoice;
 using partition_detail::FactorPlan;
 using partition_detail::padded_shape;
 using partition_detail::ProgramBuilder;
-using partition_detail::Rep;
-using partition_detail::ReshardWhy;
+using partition_detail::LocalValue;
+using partition_detail::ReshardReason;
 
 Shape local_shape(const Shape& global, const Sharding& sharding) {
   return padded_shape(sharding.mesh(), global, sharding.all_dim_axes());
@@ -77,7 +77,7 @@ void Partitioner::run() {
   for (const Value* output : graph_.outputs()) returned_.insert(output);
   for (const Value* input : graph_.inputs()) {
     const Sharding& sharding = shardings_.sharding(input);
-    Rep rep;
+    LocalValue rep;
     rep.dims = effective_axes(mesh_, sharding);
     rep.slot = builder_.new_slot({input->type().dtype, padded_shape(mesh_, input->type().shape, rep.dims)});
     reps_[input] = rep;
@@ -94,7 +94,7 @@ void Partitioner::run() {
   for (std::size_t i = 0; i < graph_.outputs().size(); ++i) {
     const Value* output = graph_.outputs()[i];
     const Sharding& sharding = shardings_.sharding(output);
-    const Rep rep = reshard_value(output, effective_axes(mesh_, sharding), fmt::format("output {}", i));
+    const LocalValue rep = move_value_for_use(output, effective_axes(mesh_, sharding), fmt::format("output {}", i));
     program_.output_slots.push_back(rep.slot);
     program_.output_shardings.push_back(sharding);
     program_.output_types.push_back(output->type());
@@ -128,10 +128,10 @@ bool Partitioner::holds_exactly(DType from, DType to) {
   return to == DType::kI64 && from == DType::kI32;
 }
 
-bool Partitioner::keeps_partial(const Node& node, const std::vector<const Rep*>& operands, std::size_t index) {
-  const Rep& rep = *operands[index];
-  const auto partial = [](const Rep* r) { return !r->unreduced.empty(); };
-  const auto same_partial = [&](const Rep* r) {
+bool Partitioner::keeps_partial(const Node& node, const std::vector<const LocalValue*>& operands, std::size_t index) {
+  const LocalValue& rep = *operands[index];
+  const auto partial = [](const LocalValue* r) { return !r->unreduced.empty(); };
+  const auto same_partial = [&](const LocalValue* r) {
     return r->unreduced == rep.unreduced && r->reduction == rep.reduction;
   };
   const std::size_t partial_count = static_cast<std::size_t>(std::count_if(operands.begin(), operands.end(), partial));
@@ -165,7 +165,7 @@ bool Partitioner::used_elsewhere(const Value* value, const Node& node) const {
          std::any_of(found->second.begin(), found->second.end(), [&](const Node* user) { return user != &node; });
 }
 
-bool Partitioner::partials_stay(const Node& node, const std::vector<const Rep*>& operands) const {
+bool Partitioner::partials_stay(const Node& node, const std::vector<const LocalValue*>& operands) const {
   const std::vector<Value*> inputs = node.inputs();
   for (std::size_t o = 0; o < operands.size(); ++o) {
     if (operands[o]->unreduced.empty()) continue;
@@ -187,11 +187,11 @@ std::vector<int> Partitioner::sharded_reduction_axes(
   return axes;
 }
 
-Rep Partitioner::new_result(const Node& node, const OpShardingRule& rule, std::size_t r,
-                            const std::vector<std::vector<int>>& factor_axes,
-                            const std::vector<int>& partial_axes, ReduceOp reduction) {
+LocalValue Partitioner::new_result(const Node& node, const OpShardingRule& rule, std::size_t r,
+                                   const std::vector<std::vector<int>>& factor_axes,
+                                   const std::vector<int>& partial_axes, ReduceOp reduction) {
   const TensorType& type = node.outputs()[r]->type();
-  Rep rep;
+  LocalValue rep;
   rep.dims = project_to_dims(mesh_, rule, rule.results[r], factor_axes);
   rep.unreduced = partial_axes;
   rep.reduction = reduction;
@@ -200,24 +200,24 @@ Rep Partitioner::new_result(const Node& node, const OpShardingRule& rule, std::s
 }
 
 double Partitioner::plan_cost(const Node& node, const OpShardingRule& rule,
-                              const std::vector<const Rep*>& current, bool partials_kept,
+                              const std::vector<const LocalValue*>& current, bool partials_kept,
                               const std::vector<std::vector<int>>& factor_axes,
                               OperandMoves operand_moves) {
   const ProgramBuilder::Mark mark = builder_.mark();
   const std::vector<Value*> operands = node.inputs();
-  const ReshardWhy why{nullptr, "", [](int) { return std::string(); }};
+  const ReshardReason why{nullptr, "", [](int) { return std::string(); }};
   std::vector<int> partial_axes;
   ReduceOp reduction = ReduceOp::kSum;
   for (std::size_t o = 0; o < operands.size(); ++o) {
     const DimAxes wanted = project_to_dims(mesh_, rule, rule.operands[o], factor_axes);
     const TensorType& type = operands[o]->type();
-    Rep rep = *current[o];
-    ReshardWhy operand_why = why;
+    LocalValue rep = *current[o];
+    ReshardReason operand_why = why;
     operand_why.value = operands[o];
     if (!rep.unreduced.empty() && partials_kept) {
       partial_axes.insert(partial_axes.end(), rep.unreduced.begin(), rep.unreduced.end());
       rep.unreduced.clear();
-      if (rep.dims != wanted) partition_detail::reshard(builder_, rep, wanted, type.shape, type.dtype, operand_why);
+      if (rep.dims != wanted) partition_detail::emit_reshard(builder_, rep, wanted, type.shape, type.dtype, operand_why);
     } else if ((rep.dims != wanted || !rep.unreduced.empty()) &&
                !layouts_.contains({alias_root(operands[o]), wanted})) {
       const Value* root = alias_root(operands[o]);
@@ -225,8 +225,8 @@ double Partitioner::plan_cost(const Node& node, const OpShardingRule& rule,
           operand_moves == OperandMoves::kFromMadeLayouts && (rep.unreduced.empty() || reduced_.contains(root))
               ? cheapest_from_made(root, rep.unreduced.empty() ? current[o] : nullptr, wanted, type)
               : std::nullopt;
-      partition_detail::reshard(builder_, found ? *found->source : rep, wanted, type.shape, type.dtype, operand_why,
-                                nullptr, found ? &found->moves : nullptr);
+      partition_detail::emit_reshard(builder_, found ? *found->source : rep, wanted, type.shape, type.dtype, operand_why,
+                                     nullptr, found ? &found->moves : nullptr);
     }
   }
   const std::vector<int> reduced = sharded_reduction_axes(rule, factor_axes, reduction);
@@ -235,16 +235,16 @@ double Partitioner::plan_cost(const Node& node, const OpShardingRule& rule,
   partial_axes.erase(std::unique(partial_axes.begin(), partial_axes.end()), partial_axes.end());
   for (std::size_t r = 0; r < node.outputs().size(); ++r) {
     const Value* output = node.outputs()[r];
-    const Rep rep = new_result(node, rule, r, factor_axes, partial_axes, reduction);
+    const LocalValue rep = new_result(node, rule, r, factor_axes, partial_axes, reduction);
     const DimAxes wanted = effective_axes(mesh_, shardings_.sharding(output));
-    ReshardWhy result_why = why;
+    ReshardReason result_why = why;
     result_why.value = output;
     const TensorType& type = output->type();
-    std::vector<Rep> made;
+    std::vector<LocalValue> made;
     if (rep.dims == wanted && rep.unreduced.empty()) {
       made.push_back(rep);
     } else {
-      partition_detail::reshard(builder_, rep, wanted, type.shape, type.dtype, result_why, &made);
+      partition_detail::emit_reshard(builder_, rep, wanted, type.shape, type.dtype, result_why, &made);
     }
     // And the layouts later annotations want it in: a plan whose result
     // slices cheaply to the first may leave the next a gather.
@@ -267,7 +267,7 @@ Partitioner::OpPlanInputs Partitioner::plan_inputs(const Node& node) {
   return {std::move(args), std::move(rule), addend};
 }
 
-bool Partitioner::settle_operands(const Node& node, std::vector<const Rep*>& current) const {
+bool Partitioner::settle_operands(const Node& node, std::vector<const LocalValue*>& current) const {
   const bool partials_kept = partials_stay(node, current);
   for (std::size_t o = 0; o < current.size(); ++o) {
     if (current[o]->unreduced.empty() || partials_kept) continue;
@@ -276,15 +276,15 @@ bool Partitioner::settle_operands(const Node& node, std::vector<const Rep*>& cur
   return partials_kept;
 }
 
-std::vector<std::vector<int>> Partitioner::chosen_factors(
-    const Node& node, const OpPlanInputs& inputs, const std::vector<const Rep*>& current,
+std::vector<std::vector<int>> Partitioner::factors_of_cheapest_plan(
+    const Node& node, const OpPlanInputs& inputs, const std::vector<const LocalValue*>& current,
     bool partials_kept, OperandMoves operand_moves, double* cost) {
   const FactorChoice choice{mesh_, shardings_, node, inputs.rule, current, partials_kept, inputs.addend};
-  std::vector<std::vector<int>> factor_axes = choose_factors(choice, FactorPlan::kResultsThenOperands);
+  std::vector<std::vector<int>> factor_axes = factors_for_plan(choice, FactorPlan::kResultsThenOperands);
   double least = -1;
   if (!node.op().position_dependent) {
     for (const FactorPlan plan : {FactorPlan::kOperandsOnly, FactorPlan::kResultsOnly}) {
-      std::vector<std::vector<int>> other = choose_factors(choice, plan);
+      std::vector<std::vector<int>> other = factors_for_plan(choice, plan);
       if (other == factor_axes) continue;
       if (least < 0) least = plan_cost(node, inputs.rule, current, partials_kept, factor_axes, operand_moves);
       const double other_cost = plan_cost(node, inputs.rule, current, partials_kept, other, operand_moves);
@@ -309,37 +309,37 @@ void Partitioner::lower_op(const Node& node) {
   const OpArgs& global_args = inputs.args;
 
   // The operands as they are now.
-  std::vector<const Rep*> current;
+  std::vector<const LocalValue*> current;
   for (const Value* v : operands) current.push_back(&reps_.at(v));
   const bool partials_kept = settle_operands(node, current);
   if (lower_in_operand_tiles(node, inputs, current)) return;
 
   // 1. Factor shardings.
   std::vector<std::vector<int>> factor_axes =
-      chosen_factors(node, inputs, current, partials_kept, OperandMoves::kFromCurrent, nullptr);
+      factors_of_cheapest_plan(node, inputs, current, partials_kept, OperandMoves::kFromCurrent, nullptr);
 
   // 2. Operands in the layout the factors ask for.
-  std::vector<Rep> local;
+  std::vector<LocalValue> local;
   for (std::size_t o = 0; o < operands.size(); ++o) {
     const DimAxes wanted = project_to_dims(mesh_, rule, rule.operands[o], factor_axes);
-    Rep rep = *current[o];
+    LocalValue rep = *current[o];
     const bool keep_partial = !rep.unreduced.empty() && partials_kept;
     if (rep.dims != wanted || (!rep.unreduced.empty() && !keep_partial)) {
-      const ReshardWhy why{operands[o], node_text(node),
-                           [this, v = operands[o]](int d) { return origin_text(v, d); }};
+      const ReshardReason why{operands[o], node_text(node),
+                              [this, v = operands[o]](int d) { return origin_text(v, d); }};
       const TensorType& type = operands[o]->type();
       if (keep_partial) {
         // Move the layout of a partial sum without reducing it: gathering
         // or slicing partials of the same reduction group keeps them partial.
-        Rep layout = rep;
+        LocalValue layout = rep;
         layout.unreduced.clear();
-        Rep moved = partition_detail::reshard(builder_, layout, wanted, type.shape, type.dtype, why);
+        LocalValue moved = partition_detail::emit_reshard(builder_, layout, wanted, type.shape, type.dtype, why);
         moved.unreduced = rep.unreduced;
         moved.reduction = rep.reduction;
         moved.unreduced_reason = rep.unreduced_reason;
         rep = std::move(moved);
       } else {
-        rep = reshard_value(operands[o], wanted, node_text(node));
+        rep = move_value_for_use(operands[o], wanted, node_text(node));
       }
     }
     local.push_back(std::move(rep));
@@ -409,7 +409,7 @@ void Partitioner::lower_op(const Node& node) {
   // The addend joins one partial sum of each reduction group: every other
   // device adds zeros.
   if (addend >= 0 && !partial_axes.empty()) {
-    Rep& rep = local[static_cast<std::size_t>(addend)];
+    LocalValue& rep = local[static_cast<std::size_t>(addend)];
     Instruction once;
     once.kind = InstructionKind::kCountOnce;
     once.inputs = {rep.slot};
@@ -420,7 +420,7 @@ void Partitioner::lower_op(const Node& node) {
     builder_.emit(std::move(once));
   }
   // Partial sums carried through a linear op.
-  for (const Rep& rep : local) {
+  for (const LocalValue& rep : local) {
     if (rep.unreduced.empty()) continue;
     for (int axis : rep.unreduced) {
       if (std::find(partial_axes.begin(), partial_axes.end(), axis) == partial_axes.end()) partial_axes.push_back(axis);
@@ -436,7 +436,7 @@ void Partitioner::lower_op(const Node& node) {
   std::vector<BoundArg> local_args = global_args.all();
   compute.scale = scale;
   if (indexed_input >= 0) {
-    const Rep& rep = local[static_cast<std::size_t>(indexed_input)];
+    const LocalValue& rep = local[static_cast<std::size_t>(indexed_input)];
     compute.indexed_input = indexed_input;
     compute.indexed_write = indexed_write;
     compute.dim = indexed_dim;
@@ -444,10 +444,10 @@ void Partitioner::lower_op(const Node& node) {
     compute.global_size = shape[static_cast<std::size_t>(indexed_dim)];
     compute.axes_before = rep.dims[static_cast<std::size_t>(indexed_dim)];
   }
-  for (const Rep& rep : local) compute.inputs.push_back(rep.slot);
-  std::vector<Rep> results;
+  for (const LocalValue& rep : local) compute.inputs.push_back(rep.slot);
+  std::vector<LocalValue> results;
   for (std::size_t r = 0; r < node.outputs().size(); ++r) {
-    Rep rep = new_result(node, rule, r, factor_axes, partial_axes, reduction);
+    LocalValue rep = new_result(node, rule, r, factor_axes, partial_axes, reduction);
     rep.unreduced_reason = partial_reason;
     const Shape shape = builder_.slot_type(rep.slot).shape;
     compute.outputs.push_back(rep.slot);
@@ -470,7 +470,7 @@ void Partitioner::lower_op(const Node& node) {
     reps_[output] = results[r];
     if (op.position_dependent) {
       // Computed whole on every device: keep the shard propagation chose.
-      reps_[output] = reshard_value(output, effective_axes(mesh_, shardings_.sharding(output)), node_text(node));
+      reps_[output] = move_value_for_use(output, effective_axes(mesh_, shardings_.sharding(output)), node_text(node));
     }
   }
 }

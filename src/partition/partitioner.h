@@ -8,25 +8,13 @@
 #include <unordered_map>
 #include <vector>
 
+#include "program_builder.h"
 #include "shardflow/ir/sharding_rule.h"
 #include "shardflow/partition/program.h"
 
 namespace shardflow::partition_detail {
 
 using DimAxes = std::vector<std::vector<int>>;
-
-// A collective's fixed cost (its latency), in bytes sent, when choosing
-// between ways to move a value: small tensors take the fewest collectives,
-// large ones the fewest bytes. Measured (runtime_bench, 2-core VM): a 4 KiB
-// all-reduce over 2 in-process devices takes 2.3 us at 23 GB/s (53 KB),
-// over 8 takes 28 us at 3.2 GB/s (90 KB); MPI between hosts is ~10 us at
-// ~10 GB/s (100 KB).
-inline constexpr double kCollectiveLatencyBytes = 64 * 1024;
-
-// Bytes one device sends in a ring implementation of a collective of `kind`
-// over `group_size` devices; `bytes` is its larger local buffer (what a
-// reduction takes in, what an all-gather puts out).
-double ring_bytes_sent(CollectiveKind kind, double group_size, double bytes);
 
 // Whether `axes` begins with `prefix`.
 inline bool starts_with(const std::vector<int>& axes, const std::vector<int>& prefix) {
@@ -55,8 +43,9 @@ inline bool tiles_nest(const Mesh& mesh, int64_t size, const std::vector<int>& i
   return tiles_nest(size, outer_tiles, inner_tiles);
 }
 
-// A value's current local representation on every device.
-struct Rep {
+// A graph value as every device holds it now (its local representation):
+// its slot, the mesh axes its dims are split over, its partial sums.
+struct LocalValue {
   int slot = -1;
   DimAxes dims;
   std::vector<int> unreduced;  // sorted mesh axes over which the value is a partial result
@@ -64,42 +53,9 @@ struct Rep {
   std::string unreduced_reason;  // why it is partial: the contraction and its origin
 };
 
-// Builds the program: slots, instructions, collectives.
-class ProgramBuilder {
- public:
-  ProgramBuilder(PartitionedProgram& program, const Mesh& mesh) : program_(program), mesh_(mesh) {}
-
-  const Mesh& mesh() const { return mesh_; }
-  int new_slot(const TensorType& local_type);
-  const TensorType& slot_type(int slot) const { return program_.slots.at(static_cast<std::size_t>(slot)); }
-  void emit(Instruction instruction) { program_.instructions.push_back(std::move(instruction)); }
-  int add_collective(CollectiveInfo info);
-  CollectiveInfo& collective_info(int id) { return program_.collectives.at(static_cast<std::size_t>(id)); }
-  void warn(std::string warning) { program_.warnings.push_back(std::move(warning)); }
-
-  // What the program holds at a point; rollback() drops everything added
-  // since (a trial lowering, to compare costs).
-  struct Mark {
-    std::size_t slots, instructions, collectives, warnings;
-  };
-  Mark mark() const;
-  void rollback(const Mark& mark);
-  // The cost of the collectives added since the mark: bytes one device
-  // sends in ring implementations, plus kCollectiveLatencyBytes each.
-  double cost_since(const Mark& mark) const;
-
-  int64_t axes_size(const std::vector<int>& axes) const;
-  // "'model'", "('data', 'model')"
-  std::string axes_text(const std::vector<int>& axes) const;
-
- private:
-  PartitionedProgram& program_;
-  const Mesh& mesh_;
-};
-
 // Why a value is being resharded: who needs it, and how to describe a dim's
 // current sharding.
-struct ReshardWhy {
+struct ReshardReason {
   const Value* value = nullptr;      // the graph value
   std::string consumer;              // "%9 aten::softmax.int", "the annotation at %4", "output 0"
   std::function<std::string(int)> origin;  // describes where dim d's current axes came from
@@ -132,19 +88,21 @@ struct LayoutMove {
 };
 
 // Emits what turns `from` into `target` dims with no partial sums; returns
-// the new representation. `made`, when given, gets every representation
-// without partial sums made on the way, in order (the result last): the
-// first is the reduction's result when `from` is partial. `planned`, when
-// given, are the moves cheapest_moves found from `from` (not searched again).
-Rep reshard(ProgramBuilder& builder, const Rep& from, const DimAxes& target, const Shape& global,
-            DType dtype, const ReshardWhy& why, std::vector<Rep>* made = nullptr,
-            const std::vector<LayoutMove>* planned = nullptr);
+// the new representation. It starts from `from` only: reusing a layout the
+// graph value already has elsewhere is Partitioner::move_value_for_use's.
+// `made`, when given, gets every representation without partial sums made
+// on the way, in order (the result last): the first is the reduction's
+// result when `from` is partial. `planned`, when given, are the moves
+// cheapest_moves found from `from` (not searched again).
+LocalValue emit_reshard(ProgramBuilder& builder, const LocalValue& from, const DimAxes& target, const Shape& global,
+                        DType dtype, const ReshardReason& why, std::vector<LocalValue>* made = nullptr,
+                        const std::vector<LayoutMove>* planned = nullptr);
 
 // Moves dim `dim` of `from`, whose slot holds tiles of it larger than the
 // even (ceil-sized) tiles of its axes, to those tiles by a halo exchange
 // (halo.h): a reshape computed in its operand's uneven tiles.
-Rep even_tiles(ProgramBuilder& builder, const Rep& from, int dim, const Shape& global, DType dtype,
-               const ReshardWhy& why);
+LocalValue even_tiles(ProgramBuilder& builder, const LocalValue& from, int dim, const Shape& global, DType dtype,
+                      const ReshardReason& why);
 
 // The moves to `to` that cost least (bytes sent plus kCollectiveLatencyBytes
 // per collective), from whichever of `sources` (layouts of the same values)
@@ -153,9 +111,9 @@ Rep even_tiles(ProgramBuilder& builder, const Rep& from, int dim, const Shape& g
 // axes, all sources alike) is reduced on the way: reduce-scatters onto any
 // dim, in any order of its partial axes, and an all-reduce of what is left,
 // with layout moves before, between or after them. `reduction_shared`
-// (ReshardWhy::reduction_shared) allows only a scatter over every partial
-// axis at once where the target has them, or an all-reduce, before any
-// layout move.
+// (ReshardReason::reduction_shared) allows only a scatter over every
+// partial axis at once where the target has them, or an all-reduce, before
+// any layout move.
 struct CheapestMoves {
   std::size_t source = 0;  // index into the sources
   std::vector<LayoutMove> moves;
@@ -176,9 +134,9 @@ struct FactorChoice {
   const PropagationResult& shardings;
   const Node& node;
   const OpShardingRule& rule;
-  const std::vector<const Rep*>& current;  // the operands as they are now
-  bool partials_kept;                       // its partial operands stay partial
-  int addend;                               // the operand counted once (linear's bias), or -1
+  const std::vector<const LocalValue*>& current;  // the operands as they are now
+  bool partials_kept;                              // its partial operands stay partial
+  int addend;                                      // the operand counted once (linear's bias), or -1
 };
 
 // Where an op is computed: its results' layouts, filled in by what the
@@ -187,10 +145,11 @@ struct FactorChoice {
 // where an operand shards it).
 enum class FactorPlan { kResultsThenOperands, kOperandsOnly, kResultsOnly };
 
-// The mesh axes of each factor: contractions the operands already agree
-// on, then (by the plan) the layouts propagation gave the results and what
-// the operands' layouts offer.
-std::vector<std::vector<int>> choose_factors(const FactorChoice& choice, FactorPlan plan);
+// The mesh axes of each factor under one plan: contractions the operands
+// already agree on, then (by the plan) the layouts propagation gave the
+// results and what the operands' layouts offer. Costing the plans against
+// each other is the Partitioner's (factors_of_cheapest_plan).
+std::vector<std::vector<int>> factors_for_plan(const FactorChoice& choice, FactorPlan plan);
 
 // The padded local shape of `global` under `dims`.
 Shape padded_shape(const Mesh& mesh, const Shape& global, const DimAxes& dims);

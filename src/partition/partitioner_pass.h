@@ -44,14 +44,16 @@ class Partitioner {
     std::string use;
   };
 
-  // The same values wanted in a layout they already have somewhere are not
-  // moved again: q, k and v projections of one normalised input share one
-  // reshard, and so do an annotation's result and its input (or another
-  // annotation of it). Otherwise the move starts from whichever layout made
-  // so far sends the fewest bytes: a whole copy made inside an earlier
-  // gather-then-slice is sliced, not gathered again.
-  Rep reshard_value(const Value* value, const DimAxes& target, std::string consumer,
-                    const std::vector<LaterUse>& later = {});
+  // Emits the moves of graph value `value` to `target` for `consumer`
+  // (emit_reshard, from a layout made so far). The same values wanted in a
+  // layout they already have somewhere are not moved again: q, k and v
+  // projections of one normalised input share one reshard, and so do an
+  // annotation's result and its input (or another annotation of it).
+  // Otherwise the move starts from whichever layout made so far sends the
+  // fewest bytes: a whole copy made inside an earlier gather-then-slice is
+  // sliced, not gathered again.
+  LocalValue move_value_for_use(const Value* value, const DimAxes& target, std::string consumer,
+                                const std::vector<LaterUse>& later = {});
 
   // "the annotation at %c, %q aten::neg": the uses of `value` other than
   // `consumer`, as collective reasons name them.
@@ -68,7 +70,7 @@ class Partitioner {
   // What op use `user` of `value` costs with `value` as `reduced`: the plan
   // lower_op would choose and its moves (plan_cost); nullopt while another
   // operand is not lowered yet.
-  std::optional<double> use_cost(const Node& user, const Value* value, const Rep& reduced);
+  std::optional<double> use_cost(const Node& user, const Value* value, const LocalValue& reduced);
 
   // Emits the reduction of a partial sum that several uses share (or whose
   // result later annotations want in other layouts), into the layout from
@@ -76,14 +78,14 @@ class Partitioner {
   // reductions on the cheapest ways to each use's layout (an annotation's,
   // a later annotation's or an output's own; for another op, the value's
   // propagated layout), searched freely and with a scatter over all
-  // partial axes only (ReshardWhy::reduction_shared). Each is emitted with
-  // every use after it, costed and rolled back: an annotation or output by
-  // its move, an op by the plan lower_op would choose (which may compute it
-  // in the reduced layout and move its smaller result instead). The
-  // reduction's result and the layouts made on the way are recorded, so
-  // each use starts from them. Nothing is emitted when the search gives up
-  // (too many axes): the fallback's rule then holds.
-  void reduce_for_all_uses(const Value* value, const Rep& rep, const DimAxes& target, const ReshardWhy& why,
+  // partial axes only (ReshardReason::reduction_shared). Each is emitted
+  // with every use after it, costed and rolled back: an annotation or
+  // output by its move, an op by the plan lower_op would choose (which may
+  // compute it in the reduced layout and move its smaller result instead).
+  // The reduction's result and the layouts made on the way are recorded,
+  // so each use starts from them. Nothing is emitted when the search gives
+  // up (too many axes): the fallback's rule then holds.
+  void reduce_for_all_uses(const Value* value, const LocalValue& rep, const DimAxes& target, const ReshardReason& why,
                            const std::vector<LaterUse>& later);
 
   // The layout each of `targets` slices its tiles from: every dim keeps the
@@ -95,21 +97,22 @@ class Partitioner {
   // The cheapest moves to `target` from `rep` (when given) or any layout of
   // `root` made so far; nullopt when the search gives up.
   struct MovesFrom {
-    const Rep* source;
+    const LocalValue* source;
     std::vector<partition_detail::LayoutMove> moves;
   };
-  std::optional<MovesFrom> cheapest_from_made(const Value* root, const Rep* rep, const DimAxes& target,
+  std::optional<MovesFrom> cheapest_from_made(const Value* root, const LocalValue* rep, const DimAxes& target,
                                               const TensorType& type) const;
 
   // Emits the cheapest moves to `target` from any of `made` (layouts of one
   // value made so far, none partial) and appends the layouts they make;
   // false, emitting nothing, when the search gives up.
-  bool move_from(std::vector<Rep>& made, const DimAxes& target, const TensorType& type, const ReshardWhy& why);
+  bool move_from(std::vector<LocalValue>& made, const DimAxes& target, const TensorType& type,
+                 const ReshardReason& why);
 
   // The cost of moving `root`'s values to each of `targets` in turn, each
   // from the cheapest layout made before it (those of the trial included).
   // Emitted and rolled back.
-  double moves_cost(const Value* value, const std::vector<DimAxes>& targets, const ReshardWhy& why);
+  double moves_cost(const Value* value, const std::vector<DimAxes>& targets, const ReshardReason& why);
 
   // Values wanted in `target` now and in `later` layouts next are first
   // moved to one of those when that makes all of them together cheaper:
@@ -117,7 +120,7 @@ class Partitioner {
   // whole rows and two slices, where the cheapest way to (('a', 'b'),)
   // alone (a slice and a permute) leaves ('a',) another gather.
   void move_for_later(const Value* value, const DimAxes& target, const std::vector<LaterUse>& later,
-                      const ReshardWhy& why);
+                      const ReshardReason& why);
 
   // The layouts annotations want `value` in, other than `own`: its
   // annotations, theirs, and so on (breadth first, at most
@@ -140,7 +143,7 @@ class Partitioner {
   static bool holds_exactly(DType from, DType to);
 
   // Whether operand `index` may stay a partial sum through this op.
-  static bool keeps_partial(const Node& node, const std::vector<const Rep*>& operands, std::size_t index);
+  static bool keeps_partial(const Node& node, const std::vector<const LocalValue*>& operands, std::size_t index);
 
   // Whether a partial sum's reduction, made for a consumer that wants
   // `target`, serves other uses that may want another layout. Annotations
@@ -157,7 +160,7 @@ class Partitioner {
   // reduced here: an add of partial sums needs all or none of them partial
   // (an i64 part that cannot stay partial in an f32 result, reduced, would
   // be added once per device to the f32 parts).
-  bool partials_stay(const Node& node, const std::vector<const Rep*>& operands) const;
+  bool partials_stay(const Node& node, const std::vector<const LocalValue*>& operands) const;
 
   // The mesh axes the sharded reduction factors leave partial sums over,
   // and (in `reduction`) how those sums combine.
@@ -165,13 +168,13 @@ class Partitioner {
                                                  const std::vector<std::vector<int>>& factor_axes, ReduceOp& reduction);
 
   // Result r of `node` as the factor shardings lay it out, in a new slot.
-  Rep new_result(const Node& node, const OpShardingRule& rule, std::size_t r,
-                 const std::vector<std::vector<int>>& factor_axes, const std::vector<int>& partial_axes,
-                 ReduceOp reduction);
+  LocalValue new_result(const Node& node, const OpShardingRule& rule, std::size_t r,
+                        const std::vector<std::vector<int>>& factor_axes, const std::vector<int>& partial_axes,
+                        ReduceOp reduction);
 
   // How plan_cost moves an operand: from its current layout (how lower_op
   // compares plans), or from whichever layout made so far costs least (how
-  // reshard_value then moves it). Comparing plans the second way finds
+  // move_value_for_use then moves it). Comparing plans the second way finds
   // plans that are cheaper one op at a time but dearer for the ops after
   // them: LLaMA's decode step on a 2,2,2 mesh took one collective more.
   enum class OperandMoves { kFromCurrent, kFromMadeLayouts };
@@ -179,7 +182,7 @@ class Partitioner {
   // The cost (ProgramBuilder::cost_since) of computing `node` with these
   // factor shardings: its operands moved to them, its results moved to the
   // layouts propagation gave them. Emitted and rolled back.
-  double plan_cost(const Node& node, const OpShardingRule& rule, const std::vector<const Rep*>& current,
+  double plan_cost(const Node& node, const OpShardingRule& rule, const std::vector<const LocalValue*>& current,
                    bool partials_kept, const std::vector<std::vector<int>>& factor_axes, OperandMoves operand_moves);
 
   // An op's sharding rule and the operand it adds once (linear's bias, or -1).
@@ -194,18 +197,20 @@ class Partitioner {
   // a partial operand reduced here, whose reduction another consumer
   // already made, is that reduced copy and offers that copy's layout.
   // Returns whether the partial operands stay partial (partials_stay).
-  bool settle_operands(const Node& node, std::vector<const Rep*>& current) const;
+  bool settle_operands(const Node& node, std::vector<const LocalValue*>& current) const;
 
-  // The factor shardings of `node` with its operands as `current`. An op
-  // whose results are wanted in another layout than its operands have is
-  // computed where moving costs least: in the results' layout filled in by
-  // the operands' (the default), in the operands' alone (moving the
+  // The factor shardings of `node` with its operands as `current`, under
+  // whichever FactorPlan costs least (factors_for_plan gives each plan's).
+  // An op whose results are wanted in another layout than its operands have
+  // is computed where moving costs least: in the results' layout filled in
+  // by the operands' (the default), in the operands' alone (moving the
   // smaller results: a sum that shrinks its input 4x), or in the results'
   // alone (gathering a smaller operand rather than a larger result). `cost`,
   // when given, gets the chosen plan's plan_cost.
-  std::vector<std::vector<int>> chosen_factors(const Node& node, const OpPlanInputs& inputs,
-                                               const std::vector<const Rep*>& current, bool partials_kept,
-                                               OperandMoves operand_moves, double* cost);
+  std::vector<std::vector<int>> factors_of_cheapest_plan(const Node& node, const OpPlanInputs& inputs,
+                                                         const std::vector<const LocalValue*>& current,
+                                                         bool partials_kept, OperandMoves operand_moves,
+                                                         double* cost);
 
   void lower_op(const Node& node);
 
@@ -213,18 +218,19 @@ class Partitioner {
   // in the operand's tiles and moved to even tiles by a halo exchange, when
   // that costs less than the default plan (reshape_tiles.cc). Returns
   // whether it lowered `node`.
-  bool lower_in_operand_tiles(const Node& node, const OpPlanInputs& inputs, const std::vector<const Rep*>& current);
+  bool lower_in_operand_tiles(const Node& node, const OpPlanInputs& inputs,
+                              const std::vector<const LocalValue*>& current);
 
   const Graph& graph_;
   const PropagationResult& shardings_;
   const Mesh& mesh_;
   ProgramBuilder builder_;
   PartitionedProgram& program_;
-  std::unordered_map<const Value*, Rep> reps_;
-  // Reps made so far of each root's values, by layout (none partial).
-  std::map<std::pair<const Value*, DimAxes>, Rep> layouts_;
+  std::unordered_map<const Value*, LocalValue> reps_;
+  // Representations made so far of each root's values, by layout (none partial).
+  std::map<std::pair<const Value*, DimAxes>, LocalValue> layouts_;
   std::unordered_map<const Value*, const Value*> alias_roots_;
-  std::unordered_map<const Value*, Rep> reduced_;  // a partial sum's first reduced copy, by root
+  std::unordered_map<const Value*, LocalValue> reduced_;  // a partial sum's first reduced copy, by root
   std::unordered_map<const Value*, std::vector<const Node*>> users_;
   std::unordered_set<const Value*> returned_;  // graph outputs
 };

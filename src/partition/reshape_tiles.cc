@@ -58,17 +58,17 @@ std::optional<UnevenMerge> uneven_merge(const Mesh& mesh, const OpShardingRule& 
 }  // namespace
 
 bool Partitioner::lower_in_operand_tiles(const Node& node, const OpPlanInputs& inputs,
-                                         const std::vector<const Rep*>& current) {
+                                         const std::vector<const LocalValue*>& current) {
   const OpDef& op = node.op();
   if (op.output_shape_arg.empty() || node.inputs().size() != 1 || node.outputs().size() != 1) return false;
-  const Rep& operand = *current[0];
+  const LocalValue& operand = *current[0];
   if (!operand.unreduced.empty()) return false;
   const std::optional<UnevenMerge> merge = uneven_merge(mesh_, inputs.rule, operand.dims);
   if (!merge) return false;
   const Value* output = node.output();
   const TensorType& type = output->type();
   const auto e = static_cast<std::size_t>(merge->result_dim);
-  Rep result;
+  LocalValue result;
   result.dims.resize(type.shape.size());
   result.dims[e] = operand.dims[static_cast<std::size_t>(merge->operand_dim)];
   Shape local = type.shape;
@@ -76,7 +76,7 @@ bool Partitioner::lower_in_operand_tiles(const Node& node, const OpPlanInputs& i
   if (numel(local) != numel(builder_.slot_type(operand.slot).shape)) return false;
 
   const auto emit = [&] {
-    Rep made = result;
+    LocalValue made = result;
     made.slot = builder_.new_slot({type.dtype, local});
     std::vector<BoundArg> local_args = inputs.args.all();
     local_args[static_cast<std::size_t>(op.schema.argument_index(op.output_shape_arg))].constant =
@@ -90,21 +90,22 @@ bool Partitioner::lower_in_operand_tiles(const Node& node, const OpPlanInputs& i
     const TensorType local_in = builder_.slot_type(operand.slot), local_out = builder_.slot_type(made.slot);
     compute.reinterprets = reinterprets_operand(op, *compute.args, {&local_in, 1}, {&local_out, 1});
     builder_.emit(std::move(compute));
-    const ReshardWhy why{output, node_text(node), [this, &node, merge](int) {
-                           return fmt::format("from dim {} of %{}, sharded by {}", merge->operand_dim,
-                                              node.inputs()[0]->name(), origin_text(node.inputs()[0], merge->operand_dim));
-                         }};
+    const ReshardReason why{output, node_text(node), [this, &node, merge](int) {
+                              return fmt::format("from dim {} of %{}, sharded by {}", merge->operand_dim,
+                                                 node.inputs()[0]->name(),
+                                                 origin_text(node.inputs()[0], merge->operand_dim));
+                            }};
     return even_tiles(builder_, made, merge->result_dim, type.shape, type.dtype, why);
   };
   // Against the default plan, both with the result moved to the layout
   // propagation gave it.
   double default_cost = 0;
-  chosen_factors(node, inputs, current, false, OperandMoves::kFromCurrent, &default_cost);
+  factors_of_cheapest_plan(node, inputs, current, false, OperandMoves::kFromCurrent, &default_cost);
   const ProgramBuilder::Mark mark = builder_.mark();
   const DimAxes wanted = effective_axes(mesh_, shardings_.sharding(output));
-  const Rep trial = emit();
-  const ReshardWhy trial_why{output, "", [](int) { return std::string(); }};
-  if (trial.dims != wanted) partition_detail::reshard(builder_, trial, wanted, type.shape, type.dtype, trial_why);
+  const LocalValue trial = emit();
+  const ReshardReason trial_why{output, "", [](int) { return std::string(); }};
+  if (trial.dims != wanted) partition_detail::emit_reshard(builder_, trial, wanted, type.shape, type.dtype, trial_why);
   const double cost = builder_.cost_since(mark);
   builder_.rollback(mark);
   if (cost >= default_cost) return false;

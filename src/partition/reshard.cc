@@ -34,61 +34,6 @@ namespace shardflow::partition_detail {
 // Without forming a + b - 1, which overflows for sizes near 2^63.
 static int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
 
-int ProgramBuilder::new_slot(const TensorType& local_type) {
-  program_.slots.push_back(local_type);
-  return static_cast<int>(program_.slots.size() - 1);
-}
-
-int ProgramBuilder::add_collective(CollectiveInfo info) {
-  program_.collectives.push_back(std::move(info));
-  return static_cast<int>(program_.collectives.size() - 1);
-}
-
-ProgramBuilder::Mark ProgramBuilder::mark() const {
-  return {program_.slots.size(), program_.instructions.size(), program_.collectives.size(), program_.warnings.size()};
-}
-
-void ProgramBuilder::rollback(const Mark& mark) {
-  program_.slots.resize(mark.slots);
-  program_.instructions.resize(mark.instructions);
-  program_.collectives.resize(mark.collectives);
-  program_.warnings.resize(mark.warnings);
-}
-
-double ring_bytes_sent(CollectiveKind kind, double group_size, double bytes) {
-  const double n = group_size;
-  switch (kind) {
-    case CollectiveKind::kAllReduce: return 2 * (n - 1) / n * bytes;  // reduce-scatter + all-gather
-    case CollectiveKind::kCollectivePermute: return bytes;
-    default: return (n - 1) / n * bytes;  // reduce-scatter, all-gather, all-to-all
-  }
-}
-
-double ProgramBuilder::cost_since(const Mark& mark) const {
-  double sent = kCollectiveLatencyBytes * static_cast<double>(program_.collectives.size() - mark.collectives);
-  for (std::size_t c = mark.collectives; c < program_.collectives.size(); ++c) {
-    const CollectiveInfo& info = program_.collectives[c];
-    sent += ring_bytes_sent(info.kind, static_cast<double>(axes_size(info.axes)),
-                            static_cast<double>(info.bytes_per_device));
-    sent += kCollectiveLatencyBytes * (info.rounds - 1);
-  }
-  return sent;
-}
-
-int64_t ProgramBuilder::axes_size(const std::vector<int>& axes) const {
-  int64_t size = 1;
-  for (int axis : axes) size *= mesh_.axis_size(axis);
-  return size;
-}
-
-std::string ProgramBuilder::axes_text(const std::vector<int>& axes) const {
-  std::string out;
-  for (std::size_t i = 0; i < axes.size(); ++i) {
-    out += fmt::format("{}'{}'", i > 0 ? ", " : "", mesh_.axis_label(axes[i]));
-  }
-  return axes.size() == 1 ? out : "(" + out + ")";
-}
-
 Shape padded_shape(const Mesh& mesh, const Shape& global, const DimAxes& dims) {
   Shape shape = global;
   for (std::size_t d = 0; d < global.size(); ++d) {
@@ -131,17 +76,18 @@ namespace {
 
 class Resharder {
  public:
-  Resharder(ProgramBuilder& builder, const Shape& global, DType dtype, const ReshardWhy& why)
+  Resharder(ProgramBuilder& builder, const Shape& global, DType dtype, const ReshardReason& why)
       : b_(builder), global_(global), dtype_(dtype), why_(why) {}
 
   // The halo exchange from the tiles rep's slot holds on `dim` to the even
   // tiles of the same axes.
-  Rep even_tiles(const Rep& rep, int dim) {
+  LocalValue even_tiles(const LocalValue& rep, int dim) {
     source_dims_ = rep.dims;
     return emit_halo(rep, dim, rep.dims[static_cast<std::size_t>(dim)]);
   }
 
-  Rep run(Rep rep, const DimAxes& target, std::vector<Rep>* made, const std::vector<LayoutMove>* planned) {
+  LocalValue run(LocalValue rep, const DimAxes& target, std::vector<LocalValue>* made,
+                 const std::vector<LayoutMove>* planned) {
     made_ = made;
     if (rep.dims == target && rep.unreduced.empty()) return rep;
     source_dims_ = rep.dims;
@@ -191,7 +137,7 @@ class Resharder {
     return global_[static_cast<std::size_t>(dim)] % b_.axes_size(axes) == 0;
   }
 
-  void emit(Instruction instruction, const Rep& out) {
+  void emit(Instruction instruction, const LocalValue& out) {
     b_.emit(std::move(instruction));
     if (made_ != nullptr && out.unreduced.empty()) made_->push_back(out);
   }
@@ -208,7 +154,7 @@ class Resharder {
 
   // Where dim `dim` of `rep` got its axes: the value's origin while the dim
   // is as the moves found it.
-  std::string origin(int dim, const Rep& rep) const {
+  std::string origin(int dim, const LocalValue& rep) const {
     const auto d = static_cast<std::size_t>(dim);
     if (source_dims_.size() > d && rep.dims[d] == source_dims_[d]) return why_.origin(dim);
     return "an earlier step of this move";
@@ -286,7 +232,7 @@ class Resharder {
   // reduce-scatter over ('b', 'a') and a slice over 'c'). Several dims may
   // each take some; what no dim takes is all-reduced, after the scatters
   // made the buffer smaller.
-  Rep reduce(Rep rep, const DimAxes& target) {
+  LocalValue reduce(LocalValue rep, const DimAxes& target) {
     while (scatter_) {
       int dim = -1;
       std::vector<int> scattered;
@@ -323,8 +269,8 @@ class Resharder {
 
   // A reduce-scatter of partial axes `axes` (in this order) onto the minor
   // end of `dim`.
-  Rep emit_reduce_scatter(const Rep& rep, int dim, const std::vector<int>& axes) {
-    Rep out = rep;
+  LocalValue emit_reduce_scatter(const LocalValue& rep, int dim, const std::vector<int>& axes) {
+    LocalValue out = rep;
     std::vector<int>& dim_axes = out.dims[static_cast<std::size_t>(dim)];
     dim_axes.insert(dim_axes.end(), axes.begin(), axes.end());
     std::erase_if(out.unreduced,
@@ -341,8 +287,8 @@ class Resharder {
   }
 
   // An all-reduce over every partial axis left.
-  Rep emit_all_reduce(const Rep& rep, const DimAxes& target) {
-    Rep out = rep;
+  LocalValue emit_all_reduce(const LocalValue& rep, const DimAxes& target) {
+    LocalValue out = rep;
     out.unreduced.clear();
     out.slot = slot_for(out.dims);
     Instruction instruction = step(InstructionKind::kCollective, rep.slot, out.slot, 0);
@@ -363,7 +309,7 @@ class Resharder {
   // same rows whichever axes count it, so every device receives its new tile
   // whole from one device (a tile replicated over an axis it no longer is
   // goes to several). The group spans the axes used before or after.
-  Rep permute(Rep rep, const DimAxes& target) {
+  LocalValue permute(LocalValue rep, const DimAxes& target) {
     if (rep.dims == target) return rep;
     std::vector<int> axes;
     for (std::size_t d = 0; d < target.size(); ++d) {
@@ -373,7 +319,7 @@ class Resharder {
     }
     std::sort(axes.begin(), axes.end());
     axes.erase(std::unique(axes.begin(), axes.end()), axes.end());
-    Rep out = rep;
+    LocalValue out = rep;
     out.dims = target;
     out.slot = slot_for(out.dims);
     Instruction instruction = step(InstructionKind::kCollective, rep.slot, out.slot, 0);
@@ -420,7 +366,7 @@ class Resharder {
     return std::nullopt;
   }
 
-  Rep all_to_all(Rep rep, const DimAxes& target) {
+  LocalValue all_to_all(LocalValue rep, const DimAxes& target) {
     while (const std::optional<DimAxes> after = find_move(rep.dims, target)) rep = emit_all_to_all(rep, *after);
     return rep;
   }
@@ -429,8 +375,8 @@ class Resharder {
   // dims gaining axes are split, the dims losing them gathered, in one
   // exchange over the axes that move (a search also finds moves between
   // two pairs of dims at once).
-  Rep emit_all_to_all(const Rep& rep, const DimAxes& after) {
-    Rep out = rep;
+  LocalValue emit_all_to_all(const LocalValue& rep, const DimAxes& after) {
+    LocalValue out = rep;
     out.dims = after;
     out.slot = slot_for(out.dims);
     Instruction instruction = step(InstructionKind::kCollective, rep.slot, out.slot, -1);
@@ -461,11 +407,11 @@ class Resharder {
 
   // A dim moved to tiles that do not nest in its own: each device receives
   // only the rows it lacks (halo.h), where a gather would make the whole dim.
-  Rep emit_halo(const Rep& rep, int dim, const std::vector<int>& axes) {
+  LocalValue emit_halo(const LocalValue& rep, int dim, const std::vector<int>& axes) {
     const auto d = static_cast<std::size_t>(dim);
     const int64_t held_rows = b_.slot_type(rep.slot).shape[d];
     const HaloSchedule schedule = halo_schedule(b_.mesh(), global_[d], rep.dims[d], axes, held_rows);
-    Rep out = rep;
+    LocalValue out = rep;
     out.dims[d] = axes;
     out.slot = slot_for(out.dims);
     Instruction instruction = step(InstructionKind::kCollective, rep.slot, out.slot, dim);
@@ -492,7 +438,7 @@ class Resharder {
   }
 
   // One move of a searched path.
-  Rep apply(const Rep& rep, const LayoutMove& move, const DimAxes& target) {
+  LocalValue apply(const LocalValue& rep, const LayoutMove& move, const DimAxes& target) {
     switch (move.kind) {
       case LayoutMove::Kind::kPermute: return permute(rep, move.after);
       case LayoutMove::Kind::kAllToAll: return emit_all_to_all(rep, move.after);
@@ -519,7 +465,7 @@ class Resharder {
   // to ([{a},{b}] -> [{},{a}]). Gathering them first (they are gathered in
   // any case) lets the all-to-all run instead of gathering the moving axes
   // too and slicing them again.
-  Rep unblock(Rep rep, const DimAxes& target) {
+  LocalValue unblock(LocalValue rep, const DimAxes& target) {
     for (;;) {
       DimAxes dropped_gathered = rep.dims;
       for (std::size_t d = 0; d < target.size(); ++d) {
@@ -547,7 +493,7 @@ class Resharder {
   }
 
   // 4. Axes the target drops.
-  Rep gather(Rep rep, const DimAxes& target, int dim) {
+  LocalValue gather(LocalValue rep, const DimAxes& target, int dim) {
     const auto d = static_cast<std::size_t>(dim);
     const std::vector<int>& have = rep.dims[d];
     std::size_t common = 0;
@@ -566,7 +512,7 @@ class Resharder {
   }
 
   // An all-gather of `dim` down to its first `kept` axes, for `target`.
-  Rep gather_for(const Rep& rep, int dim, std::size_t kept, const DimAxes& target) {
+  LocalValue gather_for(const LocalValue& rep, int dim, std::size_t kept, const DimAxes& target) {
     const auto d = static_cast<std::size_t>(dim);
     return emit_gather(rep, dim, kept,
                        fmt::format("{} needs {} {} but it is sharded on {} by {}", why_.consumer, dim_text(dim),
@@ -578,11 +524,11 @@ class Resharder {
   }
 
   // An all-gather of `dim` over its axes after the first `kept`.
-  Rep emit_gather(const Rep& rep, int dim, std::size_t kept, std::string reason) {
+  LocalValue emit_gather(const LocalValue& rep, int dim, std::size_t kept, std::string reason) {
     const auto d = static_cast<std::size_t>(dim);
     const std::vector<int>& have = rep.dims[d];
     const std::vector<int> axes(have.begin() + static_cast<std::ptrdiff_t>(kept), have.end());
-    Rep out = rep;
+    LocalValue out = rep;
     out.dims[d].resize(kept);
     out.slot = slot_for(out.dims);
     Instruction instruction = step(InstructionKind::kCollective, rep.slot, out.slot, dim);
@@ -595,7 +541,7 @@ class Resharder {
   }
 
   // 5. Axes the target adds: each device keeps its tile.
-  Rep slice(Rep rep, const DimAxes& target, int dim) {
+  LocalValue slice(LocalValue rep, const DimAxes& target, int dim) {
     const auto d = static_cast<std::size_t>(dim);
     if (rep.dims[d] == target[d]) return rep;
     // A tile of the target must lie inside the tile the device holds.
@@ -603,7 +549,7 @@ class Resharder {
       rematerialised(dim, rep.dims[d], target[d]);
       rep = gather(rep, DimAxes(target.size()), dim);
     }
-    Rep out = rep;
+    LocalValue out = rep;
     out.dims[d] = target[d];
     out.slot = slot_for(out.dims);
     Instruction instruction = step(InstructionKind::kLocalSlice, rep.slot, out.slot, dim);
@@ -617,8 +563,8 @@ class Resharder {
   ProgramBuilder& b_;
   const Shape& global_;
   DType dtype_;
-  const ReshardWhy& why_;
-  std::vector<Rep>* made_ = nullptr;
+  const ReshardReason& why_;
+  std::vector<LocalValue>* made_ = nullptr;
   DimAxes source_dims_;              // the layout the moves start from
   const DimAxes* target_ = nullptr;  // the layout they end at
   bool scatter_ = true;  // reduce-scatter where the target allows; else all-reduce
@@ -627,8 +573,9 @@ class Resharder {
 
 }  // namespace
 
-Rep reshard(ProgramBuilder& builder, const Rep& from, const DimAxes& target, const Shape& global,
-            DType dtype, const ReshardWhy& why, std::vector<Rep>* made, const std::vector<LayoutMove>* planned) {
+LocalValue emit_reshard(ProgramBuilder& builder, const LocalValue& from, const DimAxes& target, const Shape& global,
+                        DType dtype, const ReshardReason& why, std::vector<LocalValue>* made,
+                        const std::vector<LayoutMove>* planned) {
   if (target.size() != from.dims.size()) {
     throw Error(fmt::format("internal: resharding %{} of rank {} to a rank-{} sharding", why.value->name(),
                             from.dims.size(), target.size()));
@@ -636,8 +583,8 @@ Rep reshard(ProgramBuilder& builder, const Rep& from, const DimAxes& target, con
   return Resharder(builder, global, dtype, why).run(from, target, made, planned);
 }
 
-Rep even_tiles(ProgramBuilder& builder, const Rep& from, int dim, const Shape& global, DType dtype,
-               const ReshardWhy& why) {
+LocalValue even_tiles(ProgramBuilder& builder, const LocalValue& from, int dim, const Shape& global, DType dtype,
+                      const ReshardReason& why) {
   return Resharder(builder, global, dtype, why).even_tiles(from, dim);
 }
 

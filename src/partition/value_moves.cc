@@ -11,18 +11,18 @@
 #include <ranges>
 
 #include "partitioner_pass.h"
-#include "shardflow/ops/mark_sharding.h"
+#include "shardflow/ops/annotation.h"
 
 namespace shardflow::partition_detail {
 
-Rep Partitioner::reshard_value(const Value* value, const DimAxes& target, std::string consumer,
-                               const std::vector<LaterUse>& later) {
-  const Rep& rep = reps_.at(value);
+LocalValue Partitioner::move_value_for_use(const Value* value, const DimAxes& target, std::string consumer,
+                                           const std::vector<LaterUse>& later) {
+  const LocalValue& rep = reps_.at(value);
   if (rep.dims == target && rep.unreduced.empty()) return rep;
   const Value* root = alias_root(value);
   if (rep.unreduced.empty()) layouts_.emplace(std::make_pair(root, rep.dims), rep);
   if (auto found = layouts_.find({root, target}); found != layouts_.end()) return found->second;
-  ReshardWhy why;
+  ReshardReason why;
   why.value = value;
   why.consumer = std::move(consumer);
   why.origin = [this, value](int dim) { return origin_text(value, dim); };
@@ -35,7 +35,7 @@ Rep Partitioner::reshard_value(const Value* value, const DimAxes& target, std::s
   // A partial sum already reduced for another consumer is not reduced
   // again: it is moved from a layout made of the reduction's result, so
   // every consumer sees the same sums.
-  const Rep* source = &rep;
+  const LocalValue* source = &rep;
   std::optional<MovesFrom> found;
   if (rep.unreduced.empty() || reduced_.contains(root)) {
     found = cheapest_from_made(root, nullptr, target, value->type());
@@ -45,11 +45,12 @@ Rep Partitioner::reshard_value(const Value* value, const DimAxes& target, std::s
       source = &reduced_.at(root);  // too many axes to search: the first reduced copy
     }
   }
-  std::vector<Rep> made;
-  Rep result = partition_detail::reshard(builder_, *source, target, value->type().shape, value->type().dtype, why,
-                                         &made, found ? &found->moves : nullptr);
+  std::vector<LocalValue> made;
+  LocalValue result = partition_detail::emit_reshard(builder_, *source, target, value->type().shape,
+                                                     value->type().dtype, why, &made,
+                                                     found ? &found->moves : nullptr);
   if (!source->unreduced.empty() && !made.empty()) reduced_.emplace(root, made.front());
-  for (const Rep& layout : made) layouts_.emplace(std::make_pair(root, layout.dims), layout);
+  for (const LocalValue& layout : made) layouts_.emplace(std::make_pair(root, layout.dims), layout);
   return result;
 }
 
@@ -88,8 +89,8 @@ std::vector<partition_detail::LayoutMove> Partitioner::reduction_prefix(
   return prefix;
 }
 
-std::optional<double> Partitioner::use_cost(const Node& user, const Value* value, const Rep& reduced) {
-  std::vector<const Rep*> current;
+std::optional<double> Partitioner::use_cost(const Node& user, const Value* value, const LocalValue& reduced) {
+  std::vector<const LocalValue*> current;
   for (const Value* operand : user.inputs()) {
     const auto found = reps_.find(operand);
     if (operand != value && found == reps_.end()) return std::nullopt;
@@ -98,12 +99,12 @@ std::optional<double> Partitioner::use_cost(const Node& user, const Value* value
   const OpPlanInputs inputs = plan_inputs(user);
   const bool partials_kept = settle_operands(user, current);
   double cost = 0;
-  chosen_factors(user, inputs, current, partials_kept, OperandMoves::kFromMadeLayouts, &cost);
+  factors_of_cheapest_plan(user, inputs, current, partials_kept, OperandMoves::kFromMadeLayouts, &cost);
   return cost;
 }
 
-void Partitioner::reduce_for_all_uses(const Value* value, const Rep& rep, const DimAxes& target,
-                                      const ReshardWhy& why, const std::vector<LaterUse>& later) {
+void Partitioner::reduce_for_all_uses(const Value* value, const LocalValue& rep, const DimAxes& target,
+                                      const ReshardReason& why, const std::vector<LaterUse>& later) {
   using partition_detail::cheapest_moves;
   using partition_detail::LayoutMove;
   const TensorType& type = value->type();
@@ -141,12 +142,13 @@ void Partitioner::reduce_for_all_uses(const Value* value, const Rep& rep, const 
     }
   }
   if (candidates.empty()) return;
-  ReshardWhy shared_why = why;
+  ReshardReason shared_why = why;
   if (const std::string others = other_uses_text(value, why.consumer); !others.empty()) {
     shared_why.consumer = fmt::format("{} (and {}, sharing the reduction)", why.consumer, others);
   }
-  const auto emit_reduction = [&](const std::vector<LayoutMove>& prefix, std::vector<Rep>& made) {
-    partition_detail::reshard(builder_, rep, prefix.back().after, type.shape, type.dtype, shared_why, &made, &prefix);
+  const auto emit_reduction = [&](const std::vector<LayoutMove>& prefix, std::vector<LocalValue>& made) {
+    partition_detail::emit_reshard(builder_, rep, prefix.back().after, type.shape, type.dtype, shared_why, &made,
+                                   &prefix);
   };
   // Each reduction is tried as it is and followed by the layout that every
   // use slices its tiles from (shared_prefix_layout), where one exists.
@@ -162,18 +164,18 @@ void Partitioner::reduce_for_all_uses(const Value* value, const Rep& rep, const 
     double least = std::numeric_limits<double>::infinity();
     for (std::size_t c = 0; c < candidates.size(); ++c) {
       const ProgramBuilder::Mark mark = builder_.mark();
-      std::vector<Rep> made;
+      std::vector<LocalValue> made;
       emit_reduction(candidates[c], made);
       const auto move_to = [&](const DimAxes& t) {
         if (!move_from(made, t, type, why)) {
-          partition_detail::reshard(builder_, made.front(), t, type.shape, type.dtype, why, &made);
+          partition_detail::emit_reshard(builder_, made.front(), t, type.shape, type.dtype, why, &made);
         }
       };
       if (shared[c]) move_to(*shared[c]);
       for (const DimAxes& t : targets) move_to(t);
       // Op uses find the layouts made so far, as they will when lowered.
       std::vector<std::pair<const Value*, DimAxes>> added;
-      for (const Rep& layout : made) {
+      for (const LocalValue& layout : made) {
         if (layouts_.emplace(std::make_pair(root, layout.dims), layout).second) added.emplace_back(root, layout.dims);
       }
       double cost = 0;
@@ -195,13 +197,13 @@ void Partitioner::reduce_for_all_uses(const Value* value, const Rep& rep, const 
       }
     }
   }
-  std::vector<Rep> made;
+  std::vector<LocalValue> made;
   emit_reduction(candidates[best], made);
   if (shared[best] && !move_from(made, *shared[best], type, shared_why)) {
-    partition_detail::reshard(builder_, made.front(), *shared[best], type.shape, type.dtype, shared_why, &made);
+    partition_detail::emit_reshard(builder_, made.front(), *shared[best], type.shape, type.dtype, shared_why, &made);
   }
   reduced_.emplace(root, made.front());
-  for (const Rep& layout : made) layouts_.emplace(std::make_pair(root, layout.dims), layout);
+  for (const LocalValue& layout : made) layouts_.emplace(std::make_pair(root, layout.dims), layout);
 }
 
 std::optional<DimAxes> Partitioner::shared_prefix_layout(const DimAxes& from, const std::vector<DimAxes>& targets) {
@@ -218,8 +220,8 @@ std::optional<DimAxes> Partitioner::shared_prefix_layout(const DimAxes& from, co
 }
 
 std::optional<Partitioner::MovesFrom> Partitioner::cheapest_from_made(
-    const Value* root, const Rep* rep, const DimAxes& target, const TensorType& type) const {
-  std::vector<const Rep*> sources;
+    const Value* root, const LocalValue* rep, const DimAxes& target, const TensorType& type) const {
+  std::vector<const LocalValue*> sources;
   std::vector<DimAxes> layouts;
   if (rep != nullptr) {
     sources.push_back(rep);
@@ -235,18 +237,19 @@ std::optional<Partitioner::MovesFrom> Partitioner::cheapest_from_made(
   return MovesFrom{sources[found->source], std::move(found->moves)};
 }
 
-bool Partitioner::move_from(std::vector<Rep>& made, const DimAxes& target, const TensorType& type, const ReshardWhy& why) {
+bool Partitioner::move_from(std::vector<LocalValue>& made, const DimAxes& target, const TensorType& type,
+                            const ReshardReason& why) {
   std::vector<DimAxes> layouts;
-  for (const Rep& layout : made) layouts.push_back(layout.dims);
+  for (const LocalValue& layout : made) layouts.push_back(layout.dims);
   const std::optional<partition_detail::CheapestMoves> found =
       partition_detail::cheapest_moves(mesh_, type.shape, type.dtype, layouts, target);
   if (!found) return false;
-  const Rep from = made[found->source];  // `made` grows below
-  partition_detail::reshard(builder_, from, target, type.shape, type.dtype, why, &made, &found->moves);
+  const LocalValue from = made[found->source];  // `made` grows below
+  partition_detail::emit_reshard(builder_, from, target, type.shape, type.dtype, why, &made, &found->moves);
   return true;
 }
 
-double Partitioner::moves_cost(const Value* value, const std::vector<DimAxes>& targets, const ReshardWhy& why) {
+double Partitioner::moves_cost(const Value* value, const std::vector<DimAxes>& targets, const ReshardReason& why) {
   const Value* root = alias_root(value);
   const TensorType& type = value->type();
   const ProgramBuilder::Mark mark = builder_.mark();
@@ -255,9 +258,9 @@ double Partitioner::moves_cost(const Value* value, const std::vector<DimAxes>& t
     if (layouts_.contains({root, t})) continue;
     const std::optional<MovesFrom> found = cheapest_from_made(root, nullptr, t, type);
     if (!found) continue;  // too many axes to search: not told apart
-    std::vector<Rep> made;
-    partition_detail::reshard(builder_, *found->source, t, type.shape, type.dtype, why, &made, &found->moves);
-    for (const Rep& layout : made) {
+    std::vector<LocalValue> made;
+    partition_detail::emit_reshard(builder_, *found->source, t, type.shape, type.dtype, why, &made, &found->moves);
+    for (const LocalValue& layout : made) {
       if (layouts_.emplace(std::make_pair(root, layout.dims), layout).second) added.emplace_back(root, layout.dims);
     }
   }
@@ -268,7 +271,7 @@ double Partitioner::moves_cost(const Value* value, const std::vector<DimAxes>& t
 }
 
 void Partitioner::move_for_later(const Value* value, const DimAxes& target,
-                                 const std::vector<LaterUse>& later, const ReshardWhy& why) {
+                                 const std::vector<LaterUse>& later, const ReshardReason& why) {
   std::vector<DimAxes> order{target};
   for (const LaterUse& use : later) order.push_back(use.dims);
   double least = moves_cost(value, order, why);
@@ -303,14 +306,15 @@ void Partitioner::move_for_later(const Value* value, const DimAxes& target,
   const DimAxes& first = for_all ? *shared : later[best - 1].dims;
   const std::optional<MovesFrom> found = cheapest_from_made(root, nullptr, first, type);
   if (!found) return;
-  ReshardWhy first_why = why;
+  ReshardReason first_why = why;
   first_why.consumer =
       for_all ? fmt::format("{} (and {}, which take their tiles of it locally)", why.consumer,
                             fmt::join(later | std::views::transform(&LaterUse::use), ", "))
               : fmt::format("{} (moved here, before {}, as both then cost least)", later[best - 1].use, why.consumer);
-  std::vector<Rep> made;
-  partition_detail::reshard(builder_, *found->source, first, type.shape, type.dtype, first_why, &made, &found->moves);
-  for (const Rep& layout : made) layouts_.emplace(std::make_pair(root, layout.dims), layout);
+  std::vector<LocalValue> made;
+  partition_detail::emit_reshard(builder_, *found->source, first, type.shape, type.dtype, first_why, &made,
+                                 &found->moves);
+  for (const LocalValue& layout : made) layouts_.emplace(std::make_pair(root, layout.dims), layout);
 }
 
 void Partitioner::add_annotations_ahead(const Value* value, const DimAxes& own, const Node* skip,
@@ -347,8 +351,8 @@ std::vector<Partitioner::LaterUse> Partitioner::later_uses(const Node& annotatio
 void Partitioner::lower_annotation(const Node& node) {
   const Value* input = node.inputs()[0];
   const Value* output = node.output();
-  reps_[output] = reshard_value(input, effective_axes(mesh_, shardings_.sharding(output)),
-                                fmt::format("the annotation at %{}", output->name()), later_uses(node));
+  reps_[output] = move_value_for_use(input, effective_axes(mesh_, shardings_.sharding(output)),
+                                     fmt::format("the annotation at %{}", output->name()), later_uses(node));
   alias_roots_[output] = alias_root(input);
 }
 

@@ -8,7 +8,7 @@
 #include "shardflow/base/error.h"
 #include "shardflow/ir/sharding_projection.h"
 #include "shardflow/ir/text.h"
-#include "shardflow/ops/mark_sharding.h"
+#include "shardflow/ops/annotation.h"
 
 namespace shardflow {
 

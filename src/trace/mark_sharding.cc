@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "shardflow/base/error.h"
-#include "shardflow/ops/mark_sharding.h"
+#include "shardflow/ops/annotation.h"
 #include "shardflow/trace/call.h"
 #include "shardflow/trace/compile.h"
 #include "trace_context.h"

@@ -2,10 +2,10 @@
 //
 // On a concrete tensor it lays the data out across the devices as the shard
 // layout says (per-device padded buffers); inside compile() it records
-// xla::dynamo_mark_sharding with the mesh and spec serialised as PyTorch/XLA
-// does. No flag selects between the two. The tensor is annotated in place and
-// returned, so both `mark_sharding(w, ...)` and `h = mark_sharding(h, ...)`
-// work.
+// xla::dynamo_mark_sharding (shardflow/ops/annotation.h) with the mesh and
+// spec serialised as PyTorch/XLA does. No flag selects between the two. The
+// tensor is annotated in place and returned, so both `mark_sharding(w, ...)`
+// and `h = mark_sharding(h, ...)` work.
 #pragma once
 
 #include "shardflow/sharding/mesh.h"

@@ -6,6 +6,8 @@
 // PyTorch/XLA does (sharding-semantics §4.2):
 //   device_ids [0, 1, ..., 7], mesh_shape "(4, 1, 2)",
 //   axis_names "('data', 'fsdp', 'model')" or "None", partition_spec "(0, None, 2)".
+// The mark_sharding() users call, which records it, is
+// shardflow/trace/mark_sharding.h.
 #pragma once
 
 #include <memory>
