@@ -123,6 +123,12 @@ std::optional<CheapestMoves> cheapest_moves(const Mesh& mesh, const Shape& globa
                                             const std::vector<int>& unreduced = {},
                                             bool reduction_shared = false);
 
+// Moves that always reach `to` from `from` (with partial sums over
+// `unreduced`), for a reshard too large to search: an all-reduce of the
+// partial sums, each dim gathered to the axes it shares with `to` (whole
+// where tiles would not nest), then sliced (reshard_search.cc).
+std::vector<LayoutMove> direct_moves(const Mesh& mesh, const Shape& global, const LocalValue& from, const DimAxes& to);
+
 // A sharding's axes per dim, without axes of size one: they split nothing
 // (a (4,1,2) mesh's 'fsdp'), so the partitioner never spends a collective
 // on them.

@@ -3,21 +3,11 @@
 // From a representation (dims' axes, partial-sum axes) to target dims, by
 // the cheapest sequence of moves (reshard_search.cc): reduce-scatters and
 // an all-reduce of the partial sums, collective-permutes, all-to-alls,
-// all-gathers and local slices. Where the search is too large (more than
-// 8,192 layouts, seen only with 5 or more axes), a fixed order instead:
-//  1. partial sums: a reduce-scatter over the partial axes a dim's target
-//     adds next to the axes the dim has (any order, even dims), an
-//     all-reduce over those no dim takes;
-//  2. every dim keeping its tile count, over other axes or in another
-//     order: one collective-permute;
-//  3. axes moving from the minor end of one dim to the minor end of
-//     another, where the target has them: an all-to-all over them (even
-//     dims), repeated while one applies, after gathering axes the target
-//     drops where they block one;
-//  4. axes the target drops from a dim: an all-gather over them (a dim
-//     whose tiles do not nest, tiles_nest(), is gathered whole; a gather of
-//     axes the target still uses is reported as a re-materialisation);
-//  5. axes the target adds: a local slice, no communication.
+// halo exchanges, all-gathers and local slices. Where the search is too
+// large (more than 8,192 layouts, seen only with 5 or more axes), the
+// direct moves instead (direct_moves), reported: an all-reduce of the
+// partial sums, each dim gathered to the axes it shares with the target,
+// then sliced. Either way, each move is emitted by apply().
 // Example, [{x,y},{}] -> [{x},{}]: one all-gather over 'y' on dim 0.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -93,37 +83,18 @@ class Resharder {
     source_dims_ = rep.dims;
     target_ = &target;
     std::optional<CheapestMoves> found;
-    if (planned == nullptr && !trial_) {
+    if (planned == nullptr) {
       found = cheapest_moves(b_.mesh(), global_, dtype_, {rep.dims}, target, rep.unreduced, why_.reduction_shared);
+      if (!found) {
+        searched_ = false;
+        b_.warn(fmt::format("the reshard of %{} for {} involves too many mesh axes to search for its cheapest "
+                            "moves (more than 8,192 layouts): it is reduced, gathered to the axes each dim shares "
+                            "with the target and sliced", why_.value->name(), why_.consumer));
+      }
     }
-    if (planned != nullptr || found) {
-      for (const LayoutMove& move : planned != nullptr ? *planned : found->moves) rep = apply(rep, move, target);
-      return rep;
-    }
-    // Too many axes to search: the reduction first, then a fixed order of
-    // moves.
-    if (!rep.unreduced.empty()) {
-      // Scattering over some partial axes and all-reducing the rest sends
-      // fewer bytes than one all-reduce, in more collectives: tried both ways.
-      const auto trial_cost = [&](bool scatter) {
-        const ProgramBuilder::Mark mark = b_.mark();
-        Resharder trial(b_, global_, dtype_, why_);
-        trial.scatter_ = scatter;
-        trial.trial_ = true;
-        trial.run(rep, target, nullptr, nullptr);
-        const double cost = b_.cost_since(mark);
-        b_.rollback(mark);
-        return cost;
-      };
-      if (!trial_) scatter_ = trial_cost(true) <= trial_cost(false);
-      rep = reduce(rep, target);
-      if (rep.dims == target) return rep;
-    }
-    rep = permute(rep, target);
-    rep = all_to_all(rep, target);
-    rep = unblock(rep, target);
-    for (std::size_t d = 0; d < target.size(); ++d) rep = gather(rep, target, static_cast<int>(d));
-    for (std::size_t d = 0; d < target.size(); ++d) rep = slice(rep, target, static_cast<int>(d));
+    const std::vector<LayoutMove> moves =
+        planned != nullptr ? *planned : found ? found->moves : direct_moves(b_.mesh(), global_, rep, target);
+    for (const LayoutMove& move : moves) rep = apply(rep, move, target);
     return rep;
   }
 
@@ -131,10 +102,6 @@ class Resharder {
   // Whether dim `dim` over `inner` nests in it over its first `outer` axes.
   bool nests(int dim, std::size_t outer, const std::vector<int>& inner) const {
     return tiles_nest(b_.mesh(), global_[static_cast<std::size_t>(dim)], inner, outer);
-  }
-
-  bool even(int dim, const std::vector<int>& axes) const {
-    return global_[static_cast<std::size_t>(dim)] % b_.axes_size(axes) == 0;
   }
 
   void emit(Instruction instruction, const LocalValue& out) {
@@ -191,8 +158,9 @@ class Resharder {
     return b_.add_collective(std::move(info));
   }
 
-  // The last resort of the ladder, reported: a whole dim gathered only to be
-  // sliced again, because the shards of an uneven dim do not nest.
+  // Reported: a whole dim gathered only to be sliced again, because the
+  // shards of an uneven dim do not nest (direct moves only: the search has
+  // halo exchanges).
   void rematerialised(int dim, const std::vector<int>& from, const std::vector<int>& to) {
     b_.warn(fmt::format("involuntary re-materialisation for {}: {} ({} entries) goes from {} to {}; its "
                         "size does not divide evenly, so the shards do not nest and the dim is gathered "
@@ -221,50 +189,11 @@ class Resharder {
     if (reused.empty()) return;
     b_.warn(fmt::format("involuntary re-materialisation for {}: {} is gathered over {} and split over {} again "
                         "(the target splits it or another dim that way), so the dim is whole on every device in "
-                        "between; no sequence of all-to-alls and collective-permutes found costs less (bytes "
-                        "sent plus 64 KiB per collective)",
-                        why_.consumer, dim_text(dim), b_.axes_text(axes), b_.axes_text(reused)));
-  }
-
-  // 1. Partial sums. A dim whose target continues its axes with partial
-  // axes (in any order) takes them by a reduce-scatter; the rest of the
-  // target is sliced later ([{},{}] partial over {a,b} -> [{b,a,c},{}] is a
-  // reduce-scatter over ('b', 'a') and a slice over 'c'). Several dims may
-  // each take some; what no dim takes is all-reduced, after the scatters
-  // made the buffer smaller.
-  LocalValue reduce(LocalValue rep, const DimAxes& target) {
-    while (scatter_) {
-      int dim = -1;
-      std::vector<int> scattered;
-      for (std::size_t d = 0; d < target.size(); ++d) {
-        const std::vector<int>& have = rep.dims[d];
-        const std::vector<int>& want = target[d];
-        if (want.size() <= have.size() || !starts_with(want, have)) continue;
-        std::vector<int> run;
-        for (std::size_t k = have.size(); k < want.size(); ++k) {
-          if (std::find(rep.unreduced.begin(), rep.unreduced.end(), want[k]) == rep.unreduced.end()) break;
-          run.push_back(want[k]);
-        }
-        // The longest run that still divides the dim evenly, and only if
-        // the target's rest can then be sliced without a gather: an uneven
-        // target is all-reduced whole and sliced.
-        while (!run.empty()) {
-          std::vector<int> axes = have;
-          axes.insert(axes.end(), run.begin(), run.end());
-          if (even(static_cast<int>(d), axes)) break;
-          run.pop_back();
-        }
-        if (have.size() + run.size() < want.size() && !even(static_cast<int>(d), want)) run.clear();
-        if (why_.reduction_shared && run.size() != rep.unreduced.size()) continue;
-        if (b_.axes_size(run) > b_.axes_size(scattered)) {
-          dim = static_cast<int>(d);
-          scattered = std::move(run);
-        }
-      }
-      if (dim < 0) break;
-      rep = emit_reduce_scatter(rep, dim, scattered);
-    }
-    return rep.unreduced.empty() ? rep : emit_all_reduce(rep, target);
+                        "between; {}",
+                        why_.consumer, dim_text(dim), b_.axes_text(axes), b_.axes_text(reused),
+                        searched_ ? "no sequence of all-to-alls and collective-permutes found costs less (bytes "
+                                    "sent plus 64 KiB per collective)"
+                                  : "the moves were not searched (too many mesh axes)"));
   }
 
   // A reduce-scatter of partial axes `axes` (in this order) onto the minor
@@ -303,7 +232,7 @@ class Resharder {
     return out;
   }
 
-  // 2. The same tiles on other devices: each dim keeps its tile count, over
+  // The same tiles on other devices: each dim keeps its tile count, over
   // other axes or in another order ([4@(a,b)] -> [4@(b,a)], [4@a,4@b] ->
   // [4@b,4@a], [4@a] -> [4@b] with |a| = |b|). Tile t of a dim covers the
   // same rows whichever axes count it, so every device receives its new tile
@@ -341,34 +270,6 @@ class Resharder {
                     on_the_way(target_ == nullptr || target == *target_)));
     emit(std::move(instruction), out);
     return out;
-  }
-
-  // 3. Axes moving from the minor end of one dim to the minor end of
-  // another, where the target has them: the device at index k over those
-  // axes holds sub-tile k of the one dim and wants sub-tile k of the other,
-  // so one all-to-all over them moves them all ([{a,b},{}] -> [{},{a,b}] is
-  // one all-to-all over ('a', 'b')). Each move puts axes where the target
-  // has them, so a few moves in turn reach layouts no single one does
-  // ([{a,b},{},{}] -> [{},{a},{b}]); what they leave is gathered or sliced.
-  std::optional<DimAxes> find_move(const DimAxes& dims, const DimAxes& target) const {
-    for (std::size_t from = 0; from < target.size(); ++from) {
-      const std::vector<int>& have = dims[from];
-      for (std::size_t kept = 0; kept < have.size(); ++kept) {  // the most axes first
-        for (std::size_t to = 0; to < target.size(); ++to) {
-          if (to == from) continue;
-          DimAxes after = dims;
-          after[from].resize(kept);
-          after[to].insert(after[to].end(), have.begin() + static_cast<std::ptrdiff_t>(kept), have.end());
-          if (starts_with(target[to], after[to]) && all_to_all_makes(b_.mesh(), global_, dims, after)) return after;
-        }
-      }
-    }
-    return std::nullopt;
-  }
-
-  LocalValue all_to_all(LocalValue rep, const DimAxes& target) {
-    while (const std::optional<DimAxes> after = find_move(rep.dims, target)) rep = emit_all_to_all(rep, *after);
-    return rep;
   }
 
   // One all-to-all from rep's layout to `after` (all_to_all_makes): the
@@ -460,57 +361,6 @@ class Resharder {
     return gather_for(rep, dim, move.kept, target);
   }
 
-  // 3b. Axes the target drops everywhere can block a move: they sit minor
-  // to the axes that move ([{a,b},{}] -> [{},{a}]) or in the dim they move
-  // to ([{a},{b}] -> [{},{a}]). Gathering them first (they are gathered in
-  // any case) lets the all-to-all run instead of gathering the moving axes
-  // too and slicing them again.
-  LocalValue unblock(LocalValue rep, const DimAxes& target) {
-    for (;;) {
-      DimAxes dropped_gathered = rep.dims;
-      for (std::size_t d = 0; d < target.size(); ++d) {
-        std::vector<int>& have = dropped_gathered[d];
-        if (!even(static_cast<int>(d), have)) continue;  // its shards do not nest: step 4 handles it
-        while (!have.empty() && std::none_of(target.begin(), target.end(), [&](const std::vector<int>& wanted) {
-                 return std::find(wanted.begin(), wanted.end(), have.back()) != wanted.end();
-               })) {
-          have.pop_back();
-        }
-      }
-      if (dropped_gathered == rep.dims || !find_move(dropped_gathered, target)) return rep;
-      for (std::size_t d = 0; d < target.size(); ++d) {
-        if (dropped_gathered[d] == rep.dims[d]) continue;
-        const std::vector<int> axes(rep.dims[d].begin() + static_cast<std::ptrdiff_t>(dropped_gathered[d].size()),
-                                    rep.dims[d].end());
-        rep = emit_gather(rep, static_cast<int>(d), dropped_gathered[d].size(),
-                          fmt::format("{} needs {} {}, and no dim of it sharded on {}; gathered before an "
-                                      "all-to-all (sharded by {})",
-                                      why_.consumer, dim_text(static_cast<int>(d)), wanted_text(target, d),
-                                      b_.axes_text(axes), why_.origin(static_cast<int>(d))));
-      }
-      rep = all_to_all(rep, target);
-    }
-  }
-
-  // 4. Axes the target drops.
-  LocalValue gather(LocalValue rep, const DimAxes& target, int dim) {
-    const auto d = static_cast<std::size_t>(dim);
-    const std::vector<int>& have = rep.dims[d];
-    std::size_t common = 0;
-    while (common < have.size() && common < target[d].size() && have[common] == target[d][common]) ++common;
-    if (common == have.size()) return rep;
-    // Shards that do not nest in the common axes' tiles: gather the dim
-    // whole and re-slice.
-    const bool uneven = common > 0 && !nests(dim, common, have);
-    if (uneven) {
-      common = 0;
-      rematerialised(dim, have, target[d]);
-    }
-    const std::vector<int> axes(have.begin() + static_cast<std::ptrdiff_t>(common), have.end());
-    if (!uneven) regathered(dim, axes, common, target);
-    return gather_for(rep, dim, common, target);
-  }
-
   // An all-gather of `dim` down to its first `kept` axes, for `target`.
   LocalValue gather_for(const LocalValue& rep, int dim, std::size_t kept, const DimAxes& target) {
     const auto d = static_cast<std::size_t>(dim);
@@ -540,14 +390,14 @@ class Resharder {
     return out;
   }
 
-  // 5. Axes the target adds: each device keeps its tile.
+  // Axes the target adds: each device keeps its tile.
   LocalValue slice(LocalValue rep, const DimAxes& target, int dim) {
     const auto d = static_cast<std::size_t>(dim);
     if (rep.dims[d] == target[d]) return rep;
     // A tile of the target must lie inside the tile the device holds.
     if (!nests(dim, rep.dims[d].size(), target[d])) {
       rematerialised(dim, rep.dims[d], target[d]);
-      rep = gather(rep, DimAxes(target.size()), dim);
+      rep = gather_for(rep, dim, 0, target);
     }
     LocalValue out = rep;
     out.dims[d] = target[d];
@@ -567,8 +417,7 @@ class Resharder {
   std::vector<LocalValue>* made_ = nullptr;
   DimAxes source_dims_;              // the layout the moves start from
   const DimAxes* target_ = nullptr;  // the layout they end at
-  bool scatter_ = true;  // reduce-scatter where the target allows; else all-reduce
-  bool trial_ = false;   // a trial run: scatter_ is given
+  bool searched_ = true;             // false: the direct moves (too many axes to search)
 };
 
 }  // namespace

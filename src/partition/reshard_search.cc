@@ -20,7 +20,7 @@ namespace shardflow::partition_detail {
 
 namespace {
 
-// Beyond this many layouts the caller falls back to its fixed ladder.
+// Beyond this many layouts the caller takes the direct moves instead.
 constexpr std::size_t kMaxLayouts = 8192;
 // Relabellings tried as collective-permutes: all of them up to 6 axes of
 // one size; with more (7 or more equal axes in one tensor's layouts) the
@@ -419,6 +419,27 @@ std::optional<CheapestMoves> cheapest_moves(const Mesh& mesh, const Shape& globa
                                             const std::vector<DimAxes>& sources, const DimAxes& to,
                                             const std::vector<int>& unreduced, bool reduction_shared) {
   return Search(mesh, global, dtype, sources, to, unreduced, reduction_shared).run(sources, unreduced);
+}
+
+std::vector<LayoutMove> direct_moves(const Mesh& mesh, const Shape& global, const LocalValue& from, const DimAxes& to) {
+  std::vector<LayoutMove> moves;
+  DimAxes layout = from.dims;
+  if (!from.unreduced.empty()) moves.push_back({LayoutMove::Kind::kAllReduce, layout, -1, 0, from.unreduced});
+  std::vector<std::size_t> shared(layout.size(), 0);
+  for (std::size_t d = 0; d < layout.size(); ++d) {
+    std::size_t& k = shared[d];
+    while (k < layout[d].size() && k < to[d].size() && layout[d][k] == to[d][k]) ++k;
+    if (!tiles_nest(mesh, global[d], layout[d], k) || !tiles_nest(mesh, global[d], to[d], k)) k = 0;
+    if (k == layout[d].size()) continue;
+    layout[d].resize(k);
+    moves.push_back({LayoutMove::Kind::kAllGather, layout, static_cast<int>(d), k, {}});
+  }
+  for (std::size_t d = 0; d < layout.size(); ++d) {
+    if (layout[d] == to[d]) continue;
+    layout[d] = to[d];
+    moves.push_back({LayoutMove::Kind::kSlice, layout, static_cast<int>(d), 0, {}});
+  }
+  return moves;
 }
 
 }  // namespace shardflow::partition_detail

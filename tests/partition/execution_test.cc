@@ -689,6 +689,33 @@ TEST(Execution, FiveAxisReshardIsSearchedToTheEnd) {
 
 namespace {
 
+// A reshard with too many axes to search (more than 8,192 layouts) takes the
+// direct moves: each dim gathered to the axes it shares with the target,
+// then sliced; it says so.
+TEST(Execution, ReshardTooLargeToSearchTakesTheDirectMoves) {
+  sf::Runtime runtime = sf::Runtime::local(64);
+  std::string ids;
+  for (int d = 0; d < 64; ++d) ids += (d > 0 ? ", " : "") + std::to_string(d);
+  const std::string mesh = "[" + ids + R"M(], "(2, 2, 2, 2, 2, 2)", "('a', 'b', 'c', 'd', 'e', 'f')")M";
+  const std::string type = "f32[64,64,64]";
+  const std::string text = "func @f(%x: " + type + ") -> (" + type + ") {\n"
+                           "  %a = " + annotate("x", "(('b', 'f', 'e'), 'd', 'a')", type, mesh) + "\n"
+                           "  %e = aten::sin(%a) : " + type + "\n"
+                           "  %b = " + annotate("e", "(('b', 'e', 'c', 'f'), None, None)", type, mesh) + "\n"
+                           "  return %b\n}\n";
+  std::vector<std::string> collectives;
+  expect_same(text, runtime, {sf::randn({64, 64, 64}, 8)}, &collectives);
+  ASSERT_EQ(collectives.size(), 3u) << testing::PrintToString(collectives);
+  EXPECT_EQ(collectives[0].rfind("all-gather over 'f', 'e'", 0), 0u) << collectives[0];
+  EXPECT_EQ(collectives[1].rfind("all-gather over 'd'", 0), 0u) << collectives[1];
+  EXPECT_EQ(collectives[2].rfind("all-gather over 'a'", 0), 0u) << collectives[2];
+  const sf::Graph graph = sf::parse_graph(text);
+  const sf::PartitionedProgram program = sf::partition_graph(graph, sf::propagate_shardings(graph));
+  ASSERT_FALSE(program.warnings.empty());
+  EXPECT_NE(program.warnings[0].find("involves too many mesh axes to search for its cheapest moves"), std::string::npos)
+      << program.warnings[0];
+}
+
 // A reshape merging a dim split unevenly with the dims after it is computed
 // in the operand's tiles, then only the rows each device lacks move (a halo
 // exchange), not the whole dim (issue 30, case 3).
