@@ -14,21 +14,17 @@
 //     (linear's bias) on one device of each group the contraction spans;
 //  4. run the op's kernel on the local shards (shape arguments rewritten to
 //     local shapes); a sharded contraction leaves a partial sum over its axes.
-// Graph outputs are reduced and laid out as propagation said.
+// Graph outputs are reduced and laid out as propagation said. lower_op.cc
+// has the four steps; reshape_tiles.cc a reshape of an uneven dim.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
-#include <map>
 #include <optional>
-#include <unordered_map>
-#include <tuple>
 #include <unordered_set>
 
 #include "partitioner_pass.h"
-#include "shardflow/base/error.h"
 #include "shardflow/ir/sharding_projection.h"
 #include "shardflow/ir/text.h"
 #include "shardflow/ops/annotation.h"
@@ -50,22 +46,6 @@ Shape local_shape(const Shape& global, const Sharding& sharding) {
 }
 
 namespace partition_detail {
-
-namespace {
-
-// The first operand dim that factor f is on, as {operand, dim}; {-1, 0}
-// when no operand has it.
-std::pair<int, int> first_operand_dim(const OpShardingRule& rule, int f) {
-  for (std::size_t o = 0; o < rule.operands.size(); ++o) {
-    for (std::size_t d = 0; d < rule.operands[o].size(); ++d) {
-      const std::vector<int>& factors = rule.operands[o][d];
-      if (std::find(factors.begin(), factors.end(), f) != factors.end()) return {static_cast<int>(o), static_cast<int>(d)};
-    }
-  }
-  return {-1, 0};
-}
-
-}  // namespace
 
 void Partitioner::run() {
   for (const auto& node : graph_.nodes()) {
@@ -298,181 +278,6 @@ std::vector<std::vector<int>> Partitioner::factors_of_cheapest_plan(
     *cost = least >= 0 ? least : plan_cost(node, inputs.rule, current, partials_kept, factor_axes, operand_moves);
   }
   return factor_axes;
-}
-
-void Partitioner::lower_op(const Node& node) {
-  const OpDef& op = node.op();
-  const std::vector<Value*> operands = node.inputs();
-  const OpPlanInputs inputs = plan_inputs(node);
-  const OpShardingRule& rule = inputs.rule;
-  const int addend = inputs.addend;
-  const OpArgs& global_args = inputs.args;
-
-  // The operands as they are now.
-  std::vector<const LocalValue*> current;
-  for (const Value* v : operands) current.push_back(&reps_.at(v));
-  const bool partials_kept = settle_operands(node, current);
-  if (lower_in_operand_tiles(node, inputs, current)) return;
-
-  // 1. Factor shardings.
-  std::vector<std::vector<int>> factor_axes =
-      factors_of_cheapest_plan(node, inputs, current, partials_kept, OperandMoves::kFromCurrent, nullptr);
-
-  // 2. Operands in the layout the factors ask for.
-  std::vector<LocalValue> local;
-  for (std::size_t o = 0; o < operands.size(); ++o) {
-    const DimAxes wanted = project_to_dims(mesh_, rule, rule.operands[o], factor_axes);
-    LocalValue rep = *current[o];
-    const bool keep_partial = !rep.unreduced.empty() && partials_kept;
-    if (rep.dims != wanted || (!rep.unreduced.empty() && !keep_partial)) {
-      const ReshardReason why{operands[o], node_text(node),
-                              [this, v = operands[o]](int d) { return origin_text(v, d); }};
-      const TensorType& type = operands[o]->type();
-      if (keep_partial) {
-        // Move the layout of a partial sum without reducing it: gathering
-        // or slicing partials of the same reduction group keeps them partial.
-        LocalValue layout = rep;
-        layout.unreduced.clear();
-        LocalValue moved = partition_detail::emit_reshard(builder_, layout, wanted, type.shape, type.dtype, why);
-        moved.unreduced = rep.unreduced;
-        moved.reduction = rep.reduction;
-        moved.unreduced_reason = rep.unreduced_reason;
-        rep = std::move(moved);
-      } else {
-        rep = move_value_for_use(operands[o], wanted, node_text(node));
-      }
-    }
-    local.push_back(std::move(rep));
-  }
-
-  // 3. Padding of sharded reduced dims holds the reduction's identity.
-  ReduceOp reduction = ReduceOp::kSum;
-  std::vector<int> partial_axes = sharded_reduction_axes(rule, factor_axes, reduction);
-  std::string partial_reason;
-  double scale = 1;
-  for (std::size_t f = 0; f < rule.factors.size(); ++f) {
-    if (rule.factors[f].kind != FactorKind::kReduction || factor_axes[f].empty()) continue;
-    const ReduceOp combine = rule.factors[f].reduction;
-    const double identity = combine == ReduceOp::kSum ? 0.0
-                            : combine == ReduceOp::kMax ? -std::numeric_limits<double>::infinity()
-                                                           : std::numeric_limits<double>::infinity();
-    bool described = false;
-    for (std::size_t o = 0; o < operands.size(); ++o) {
-      for (std::size_t d = 0; d < rule.operands[o].size(); ++d) {
-        const auto& mapping = rule.operands[o][d];
-        if (std::find(mapping.begin(), mapping.end(), static_cast<int>(f)) == mapping.end()) continue;
-        const int64_t size = operands[o]->type().shape[d];
-        if (!described) {
-          partial_reason = fmt::format("{} {} dim {}, sharded on {} by {}", node_text(node),
-                                       op.family == OpFamily::kContraction ? "contracts" : "reduces", d,
-                                       builder_.axes_text(factor_axes[f]), origin_text(operands[o], static_cast<int>(d)));
-          described = true;
-        }
-        if (op.averages) {
-          scale *= static_cast<double>(padded_shape(mesh_, {size}, {local[o].dims[d]})[0]) / static_cast<double>(size);
-        }
-        if (size % builder_.axes_size(local[o].dims[d]) == 0) continue;
-        Instruction mask;
-        mask.kind = InstructionKind::kMaskPadding;
-        mask.inputs = {local[o].slot};
-        local[o].slot = builder_.new_slot(builder_.slot_type(local[o].slot));
-        mask.outputs = {local[o].slot};
-        mask.dim = static_cast<int>(d);
-        mask.global_size = size;
-        mask.axes_before = local[o].dims[d];
-        mask.fill = identity;
-        builder_.emit(std::move(mask));
-      }
-    }
-  }
-  // A lookup in the shards of an indexed dim: each device gives the rows its
-  // shard holds and zeros for the others. A write (the result has the dim):
-  // each device writes the rows its shard holds.
-  int indexed_input = -1, indexed_dim = 0;
-  bool indexed_write = false;
-  for (std::size_t f = 0; f < rule.factors.size() && indexed_input < 0; ++f) {
-    if (rule.factors[f].kind != FactorKind::kIndexed || factor_axes[f].empty()) continue;
-    std::tie(indexed_input, indexed_dim) = first_operand_dim(rule, static_cast<int>(f));
-    if (indexed_input < 0) continue;
-    indexed_write = !rule.leaves_partials(static_cast<int>(f));
-    if (!op.windowed_kernel) {
-      throw Error(fmt::format("internal: {} has an indexed dim but no windowed kernel", op.full_name()));
-    }
-    const Value* source = operands[static_cast<std::size_t>(indexed_input)];
-    if (partial_reason.empty() && !indexed_write) {
-      partial_reason = fmt::format("{} looks up dim {} of %{}, sharded on {} by {}: each device gives the rows its "
-                                   "shard holds and zeros for the others",
-                                   node_text(node), indexed_dim, source->name(), builder_.axes_text(factor_axes[f]),
-                                   origin_text(source, indexed_dim));
-    }
-  }
-  // The addend joins one partial sum of each reduction group: every other
-  // device adds zeros.
-  if (addend >= 0 && !partial_axes.empty()) {
-    LocalValue& rep = local[static_cast<std::size_t>(addend)];
-    Instruction once;
-    once.kind = InstructionKind::kCountOnce;
-    once.inputs = {rep.slot};
-    rep.slot = builder_.new_slot(builder_.slot_type(rep.slot));
-    once.outputs = {rep.slot};
-    once.axes_before = partial_axes;
-    std::sort(once.axes_before.begin(), once.axes_before.end());
-    builder_.emit(std::move(once));
-  }
-  // Partial sums carried through a linear op.
-  for (const LocalValue& rep : local) {
-    if (rep.unreduced.empty()) continue;
-    for (int axis : rep.unreduced) {
-      if (std::find(partial_axes.begin(), partial_axes.end(), axis) == partial_axes.end()) partial_axes.push_back(axis);
-    }
-    if (partial_reason.empty()) partial_reason = rep.unreduced_reason;
-  }
-  std::sort(partial_axes.begin(), partial_axes.end());
-
-  // 4. The local op.
-  Instruction compute;
-  compute.kind = InstructionKind::kCompute;
-  compute.op = &op;
-  std::vector<BoundArg> local_args = global_args.all();
-  compute.scale = scale;
-  if (indexed_input >= 0) {
-    const LocalValue& rep = local[static_cast<std::size_t>(indexed_input)];
-    compute.indexed_input = indexed_input;
-    compute.indexed_write = indexed_write;
-    compute.dim = indexed_dim;
-    const Shape& shape = operands[static_cast<std::size_t>(indexed_input)]->type().shape;
-    compute.global_size = shape[static_cast<std::size_t>(indexed_dim)];
-    compute.axes_before = rep.dims[static_cast<std::size_t>(indexed_dim)];
-  }
-  for (const LocalValue& rep : local) compute.inputs.push_back(rep.slot);
-  std::vector<LocalValue> results;
-  for (std::size_t r = 0; r < node.outputs().size(); ++r) {
-    LocalValue rep = new_result(node, rule, r, factor_axes, partial_axes, reduction);
-    rep.unreduced_reason = partial_reason;
-    const Shape shape = builder_.slot_type(rep.slot).shape;
-    compute.outputs.push_back(rep.slot);
-    if (!op.output_shape_arg.empty()) {
-      const int index = op.schema.argument_index(op.output_shape_arg);
-      local_args[static_cast<std::size_t>(index)].constant = Constant(std::vector<int64_t>(shape));
-    }
-    results.push_back(std::move(rep));
-  }
-  compute.args.emplace(op.schema, std::move(local_args));
-  if (compute.scale == 1) {
-    std::vector<TensorType> local_inputs, local_outputs;
-    for (int slot : compute.inputs) local_inputs.push_back(builder_.slot_type(slot));
-    for (int slot : compute.outputs) local_outputs.push_back(builder_.slot_type(slot));
-    compute.reinterprets = reinterprets_operand(op, *compute.args, local_inputs, local_outputs);
-  }
-  builder_.emit(std::move(compute));
-  for (std::size_t r = 0; r < node.outputs().size(); ++r) {
-    const Value* output = node.outputs()[r];
-    reps_[output] = results[r];
-    if (op.position_dependent) {
-      // Computed whole on every device: keep the shard propagation chose.
-      reps_[output] = move_value_for_use(output, effective_axes(mesh_, shardings_.sharding(output)), node_text(node));
-    }
-  }
 }
 
 }  // namespace partition_detail

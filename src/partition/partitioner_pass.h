@@ -212,7 +212,48 @@ class Partitioner {
                                                          bool partials_kept, OperandMoves operand_moves,
                                                          double* cost);
 
+  // Lowers one op (lower_op.cc): its factor shardings, its operands moved
+  // to them, padding masked, the local op.
   void lower_op(const Node& node);
+
+  // Step 2: the operands moved to the layouts the factor shardings ask for
+  // (partial sums kept partial where `partials_kept`).
+  std::vector<LocalValue> operands_in_layout(const Node& node, const OpShardingRule& rule,
+                                             const std::vector<std::vector<int>>& factor_axes,
+                                             const std::vector<const LocalValue*>& current, bool partials_kept);
+
+  // Step 3: overwrites the padding of each sharded dim the op reduces with
+  // the reduction's identity, and says in `reason` what leaves partial sums;
+  // returns the factor that corrects an average over a padded dim.
+  double mask_reduced_padding(const Node& node, const OpShardingRule& rule,
+                              const std::vector<std::vector<int>>& factor_axes, std::vector<LocalValue>& local,
+                              std::string& reason);
+
+  // A lookup (or write) in the shards of an indexed dim: each device gives
+  // the rows its shard holds and zeros for the others (writes the rows it
+  // holds). input < 0: none.
+  struct ShardedIndex {
+    int input = -1, dim = 0;
+    bool write = false;
+  };
+  ShardedIndex sharded_index(const Node& node, const OpShardingRule& rule,
+                             const std::vector<std::vector<int>>& factor_axes, std::string& reason) const;
+
+  // The addend (linear's bias) joins one partial sum of each reduction
+  // group: every other device adds zeros.
+  void count_addend_once(LocalValue& addend, const std::vector<int>& partial_axes);
+
+  // What the local op leaves partial, and why.
+  struct PartialResult {
+    std::vector<int> axes;
+    ReduceOp reduction = ReduceOp::kSum;
+    std::string reason;
+  };
+
+  // Step 4: the op's kernel on the local shards, its shape arguments local.
+  void emit_local_op(const Node& node, const OpPlanInputs& inputs, const std::vector<std::vector<int>>& factor_axes,
+                     const std::vector<LocalValue>& local, const PartialResult& partial, const ShardedIndex& index,
+                     double scale);
 
   // A reshape merging a dim split unevenly with the dims after it, computed
   // in the operand's tiles and moved to even tiles by a halo exchange, when
