@@ -480,7 +480,7 @@ TEST(Execution, SharedPartialSumIsReducedForAllItsUses) {
 
 namespace {
 
-struct LadderCase {
+struct ReshardCase {
   std::string name, types, program;  // program: the lines after the header, return included
   std::vector<std::string> collectives;  // prefixes of their descriptions, in order
 };
@@ -515,7 +515,7 @@ TEST(Execution, ReshardsTakeTheCheaperSequence) {
   };
   const std::string partial = "  %a = " + annotate("x", "(None, ('a', 'b'))", "f32[256,256]", mesh) + "\n"
                               "  %p = aten::amax(%a, [1]) : f32[256]\n";
-  const LadderCase cases[] = {
+  const ReshardCase cases[] = {
       {"dest_blocked", "f32[256,256]", resharded("('a', 'b')", "(None, 'a')"),
        {"all-gather over 'b'", "all-to-all over 'a'"}},
       // Both axes move (48 KiB sent), then 'b' is gathered (64 KiB), where
@@ -597,7 +597,7 @@ TEST(Execution, ReshardsTakeTheCheaperSequence) {
        "  %d = aten::sub.Tensor(%q, %q2) : f32[256]\n  return %d\n",
        {"reduce-scatter (max) over 'a', 'b'", "collective-permute"}},
   };
-  for (const LadderCase& c : cases) {
+  for (const ReshardCase& c : cases) {
     SCOPED_TRACE(c.name);
     const std::string text = "func @f(%x: f32[256,256]) -> (" + c.types + ") {\n" + c.program + "}\n";
     expect_same_with(text, runtime, {sf::randn({256, 256}, 4)}, c.collectives);
@@ -619,7 +619,7 @@ TEST(Execution, UnevenTilesThatNestMoveLikeEvenOnes) {
     return "  %a = " + annotate("x", from, "f32[7,8]", mesh) + "\n  %s = aten::sum.dim_IntList(%a, [1]) : f32[7]\n"
            "  %b = " + annotate("s", to, "f32[7]", mesh) + "\n  %r = aten::exp(%b) : f32[7]\n  return %r\n";
   };
-  const LadderCase cases[] = {
+  const ReshardCase cases[] = {
       {"gather_minor_axis", "f32[7,8]", resharded("(('x', 'y'), None)", "('x', None)"), {"all-gather over 'y'"}},
       {"slice_minor_axis", "f32[7,8]", resharded("('x', None)", "(('x', 'y'), None)"), {}},
       // From whole rows: the last device's tile is padding only.
@@ -627,7 +627,7 @@ TEST(Execution, UnevenTilesThatNestMoveLikeEvenOnes) {
       {"scatter_inside_tiles", "f32[7]", summed("('x', 'y')", "(('x', 'y'),)"),
        {"reduce-scatter over 'y' (16 B/device)"}},
   };
-  for (const LadderCase& c : cases) {
+  for (const ReshardCase& c : cases) {
     SCOPED_TRACE(c.name);
     const std::string text = "func @f(%x: f32[7,8]) -> (" + c.types + ") {\n" + c.program + "}\n";
     expect_same_with(text, runtime, {sf::randn({7, 8}, 5)}, c.collectives);
