@@ -1,5 +1,6 @@
 // Tracing + verification time of a 32-layer LLaMA-7B-shaped forward traced
-// on shape-only tensors (target < 200 ms), and propagation + partitioning
+// on shape-only tensors (target < 200 ms), propagation alone on 8 devices,
+// and propagation + partitioning
 // of the same graph with Megatron annotations on 8, 64 and 256 devices
 // (target < 300 ms on 8; the counter `vs_8` is the time relative to 8
 // devices, target <= 1.2: the program does not grow with the device count).
@@ -38,6 +39,22 @@ static double partition_seconds(int64_t devices, std::size_t* collectives) {
   *collectives = program.collectives.size();
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
+
+// Sharding propagation alone, on the graph PartitionLlama7B partitions (8 devices).
+static void PropagateLlama7B(benchmark::State& state) {
+  const bench::Llama7B model;
+  std::vector<int64_t> ids(8);
+  std::iota(ids.begin(), ids.end(), int64_t{0});
+  const sf::Mesh mesh(ids, {1, 8}, {"data", "model"});
+  auto step = sf::compile([&](sf::Tensor t) { return model.forward(t, mesh); });
+  const sf::Graph& graph = step.trace(sf::Tensor::meta(sf::DType::kI64, {1, model.tokens}));
+  for (auto _ : state) {
+    sf::PropagationResult shardings = sf::propagate_shardings(graph);
+    benchmark::DoNotOptimize(shardings);
+  }
+  state.counters["nodes"] = static_cast<double>(graph.nodes().size());
+}
+BENCHMARK(PropagateLlama7B)->Unit(benchmark::kMillisecond);
 
 static void PartitionLlama7B(benchmark::State& state) {
   std::size_t collectives = 0;

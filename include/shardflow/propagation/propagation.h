@@ -8,9 +8,11 @@
 // The algorithm is generic over the ops' factor rules (as in Shardy): project
 // the shardings of an op's operands and results onto its factors, agree per
 // factor on a list of mesh axes, project back onto the tensors that can take
-// more axes. Forward and backward sweeps repeat until nothing changes, first
-// over pass-through ops (elementwise, movement, annotations) only, then over
-// all ops; a stage that still changes after 64 rounds stops there with a
+// more axes. A worklist holds the ops to visit: first all of them, then the
+// producers and users of each value that changed. It is worked through in
+// rounds of a forward pass in graph order and a backward pass in reverse,
+// first over pass-through ops (elementwise, movement, annotations) only, then
+// over all ops; a stage that still changes after 64 rounds stops there with a
 // warning (PropagationResult::warnings). It is monotone: a dim only ever
 // gains axes at its minor end; annotated values and input shardings are
 // never changed; uneven shardings are kept as they are (the partitioner pads
