@@ -2,9 +2,11 @@
 # Sets up, builds and runs shardflow on Debian 12.
 #
 #   ./run.sh demo   install the Debian packages, build (release), run the demo
-#   ./run.sh test   install the Debian and Python packages, build release (with
-#                   the Python module), asan and fuzz, run every test (ctest,
-#                   pytest, ctest under ASan+UBSan, libFuzzer on every parser)
+#   ./run.sh test   install the Debian and Python packages, check the C++
+#                   formatting, build release (with the Python module), asan
+#                   and fuzz, run every test (ctest, pytest, ctest under
+#                   ASan+UBSan, libFuzzer on every parser)
+#   ./run.sh format apply .clang-format to the C++ sources (clang-format 14)
 #
 # Packages are installed with apt-get when run as root; otherwise the script
 # prints the apt-get line to run and stops.
@@ -13,7 +15,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")"
 
 PACKAGES=(g++ cmake ninja-build pkg-config libfmt-dev nlohmann-json3-dev libcli11-dev
           libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
-          libopenmpi-dev openmpi-bin clang-14 libclang-rt-14-dev)
+          libopenmpi-dev openmpi-bin clang-14 libclang-rt-14-dev clang-format-14)
 
 install_packages() {
   local missing=()
@@ -37,6 +39,16 @@ install_packages() {
 # python/requirements-dev.txt; torch==2.13.0 is the CPU build on this disk).
 install_python_packages() {
   python3 -m pip install --quiet --disable-pip-version-check -r python/requirements-dev.txt
+}
+
+# The C++ sources .clang-format applies to (tests/ opts out: see its file).
+cxx_sources() {
+  find include src tools python/src bench fuzz -name '*.cc' -o -name '*.h' | sort
+}
+
+check_format() {
+  echo "==> formatting (clang-format 14, .clang-format; ./run.sh format applies it)"
+  cxx_sources | xargs clang-format-14 --dry-run --Werror
 }
 
 build() {
@@ -67,6 +79,7 @@ demo() {
 run_tests() {
   install_packages
   install_python_packages
+  check_format
   build release
   echo "==> tests (release)"
   ctest --preset release
@@ -83,8 +96,12 @@ run_tests() {
 case "${1:-}" in
   demo) demo ;;
   test) run_tests ;;
+  format)
+    install_packages
+    cxx_sources | xargs clang-format-14 -i
+    ;;
   *)
-    echo "usage: $0 demo|test" >&2
+    echo "usage: $0 demo|test|format" >&2
     exit 2
     ;;
 esac

@@ -47,6 +47,7 @@
 //                                 allocated on top (sf::device_memory), the
 //                                 largest device, and its ratio to one device
 #include <benchmark/benchmark.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -55,8 +56,6 @@
 #include <numeric>
 #include <set>
 #include <thread>
-
-#include <unistd.h>
 
 #include "shardflow/models/llama.h"
 #include "shardflow/runtime/runtime.h"
@@ -133,8 +132,8 @@ class BandwidthProbe {
       // Two passes of each: a single pass on this VM sometimes reads at
       // half speed, which would lower the bound.
       for (int pass = 0; pass < 2; ++pass) {
-        for (auto* stream : {&stream<16, false>, &stream<32, false>, &stream<32, true>, &stream<64, false>,
-                             &stream<64, true>}) {
+        for (auto* stream :
+             {&stream<16, false>, &stream<32, false>, &stream<32, true>, &stream<64, false>, &stream<64, true>}) {
           const auto start = std::chrono::steady_clock::now();
           std::vector<std::thread> helpers;
           for (int t = 1; t < threads; ++t) {
@@ -183,7 +182,8 @@ std::vector<int64_t> resident_bytes(const std::vector<sf::Tensor>& tensors, int6
   std::vector<int64_t> per_device(static_cast<std::size_t>(devices), 0);
   std::set<std::pair<int64_t, const std::byte*>> seen;
   auto hold = [&](int64_t device, const sf::DenseTensor& data) {
-    if (seen.insert({device, data.data()}).second) per_device[static_cast<std::size_t>(device)] += static_cast<int64_t>(data.nbytes());
+    if (seen.insert({device, data.data()}).second)
+      per_device[static_cast<std::size_t>(device)] += static_cast<int64_t>(data.nbytes());
   };
   for (const sf::Tensor& t : tensors) {
     if (!t.sharding()) {
@@ -200,7 +200,8 @@ std::vector<int64_t> resident_bytes(const std::vector<sf::Tensor>& tensors, int6
 class StepMemory {
  public:
   explicit StepMemory(int64_t devices) : before_(static_cast<std::size_t>(devices)) {
-    for (std::size_t d = 0; d < before_.size(); ++d) before_[d] = sf::device_memory(static_cast<int64_t>(d)).current_bytes;
+    for (std::size_t d = 0; d < before_.size(); ++d)
+      before_[d] = sf::device_memory(static_cast<int64_t>(d)).current_bytes;
     sf::reset_device_memory_peaks();
   }
   std::vector<int64_t> extra() const {
@@ -277,8 +278,8 @@ Result measure(const llama::Config& config, const std::vector<int64_t>& mesh_sha
     runtime.emplace(sf::Runtime::local(devices));
     std::vector<int64_t> ids(static_cast<std::size_t>(devices));
     std::iota(ids.begin(), ids.end(), 0);
-    plan = llama::ShardingPlan::megatron(std::make_shared<const sf::Mesh>(
-        ids, mesh_shape, std::vector<std::string>{"data", "fsdp", "model"}));
+    plan = llama::ShardingPlan::megatron(
+        std::make_shared<const sf::Mesh>(ids, mesh_shape, std::vector<std::string>{"data", "fsdp", "model"}));
   }
   llama::Model model(llama::random_weights(config, 0, plan ? &*plan : nullptr), plan);
   model.trace(batch, kPrompt);
@@ -395,7 +396,8 @@ llama::Config bench_config(const std::string& name) {
 const Result& baseline(const std::string& name, int64_t batch, int64_t steps) {
   static std::map<std::pair<std::string, int64_t>, Result> cache;
   auto it = cache.find({name, batch});
-  if (it == cache.end()) it = cache.emplace(std::make_pair(name, batch), measure(bench_config(name), {1, 1, 1}, batch, steps)).first;
+  if (it == cache.end())
+    it = cache.emplace(std::make_pair(name, batch), measure(bench_config(name), {1, 1, 1}, batch, steps)).first;
   return it->second;
 }
 
@@ -434,13 +436,27 @@ void Generate(benchmark::State& state, const std::string& name, std::vector<int6
 }  // namespace
 
 BENCHMARK_CAPTURE(Generate, stories15M_1dev, "stories15M", {1, 1, 1}, 1)->Iterations(1)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(Generate, stories15M_mesh_1_1_8, "stories15M", {1, 1, 8}, 1)->Iterations(1)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(Generate, stories15M_1dev_batch4, "stories15M", {1, 1, 1}, 4)->Iterations(1)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(Generate, stories15M_mesh_4_1_2, "stories15M", {4, 1, 2}, 4)->Iterations(1)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(Generate, stories110M_1dev, "stories110M", {1, 1, 1}, 1)->Iterations(1)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(Generate, stories110M_mesh_1_1_8, "stories110M", {1, 1, 8}, 1)->Iterations(1)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(Generate, stories110M_1dev_batch4, "stories110M", {1, 1, 1}, 4)->Iterations(1)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(Generate, stories110M_mesh_4_1_2, "stories110M", {4, 1, 2}, 4)->Iterations(1)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(Generate, stories15M_mesh_1_1_8, "stories15M", {1, 1, 8}, 1)
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(Generate, stories15M_1dev_batch4, "stories15M", {1, 1, 1}, 4)
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(Generate, stories15M_mesh_4_1_2, "stories15M", {4, 1, 2}, 4)
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(Generate, stories110M_1dev, "stories110M", {1, 1, 1}, 1)
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(Generate, stories110M_mesh_1_1_8, "stories110M", {1, 1, 8}, 1)
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(Generate, stories110M_1dev_batch4, "stories110M", {1, 1, 1}, 4)
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(Generate, stories110M_mesh_4_1_2, "stories110M", {4, 1, 2}, 4)
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(Generate, 1_1B_1dev, "1.1B", {1, 1, 1}, 1)->Iterations(1)->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();

@@ -65,7 +65,8 @@ struct Llama7B {
       const sf::Tensor k = rotary(sf::linear(h, split(w.wk, 0)).reshape({b, t, heads, head_dim}));
       const sf::Tensor v = sf::linear(h, split(w.wv, 0)).reshape({b, t, heads, head_dim});
       const sf::Tensor scores = sf::matmul(q.transpose(1, 2), k.transpose(1, 2).transpose(-2, -1)) *
-                                    (1.0 / std::sqrt(static_cast<double>(head_dim))) + mask;
+                                    (1.0 / std::sqrt(static_cast<double>(head_dim))) +
+                                mask;
       const sf::Tensor attention = sf::matmul(sf::softmax(scores, -1), v.transpose(1, 2));
       x = x + sf::linear(attention.transpose(1, 2).reshape({b, t, dim}), split(w.wo, 1));
       const sf::Tensor g = rms_norm(x, w.ffn_norm);

@@ -71,9 +71,8 @@ void AllReduce(benchmark::State& state) {
 double decode_tokens_per_s(int64_t devices, int64_t steps) {
   std::vector<int64_t> ids(static_cast<std::size_t>(devices));
   std::iota(ids.begin(), ids.end(), 0);
-  const llama::ShardingPlan plan = llama::ShardingPlan::megatron(
-      std::make_shared<const sf::Mesh>(ids, std::vector<int64_t>{1, 1, devices},
-                                       std::vector<std::string>{"data", "fsdp", "model"}));
+  const llama::ShardingPlan plan = llama::ShardingPlan::megatron(std::make_shared<const sf::Mesh>(
+      ids, std::vector<int64_t>{1, 1, devices}, std::vector<std::string>{"data", "fsdp", "model"}));
   const llama::Config config = llama::Config::named("stories15M");
   llama::Model model(llama::random_weights(config, 0, &plan), plan);
   constexpr int64_t kPrompt = 16;

@@ -52,12 +52,14 @@ void Matmul(benchmark::State& state) {
   const float* pb = b.value().data_as<float>();
   std::vector<float> c(static_cast<std::size_t>(m * n));
   const int repeats = m * n * k > 1e9 ? 2 : 10;
-  const double blas = blas_seconds_per_call([&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
-                static_cast<int>(k), 1.0f, pa, static_cast<int>(k), pb, static_cast<int>(n), 0.0f,
-                c.data(), static_cast<int>(n));
-    benchmark::DoNotOptimize(c.data());
-  }, repeats);
+  const double blas = blas_seconds_per_call(
+      [&] {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
+                    static_cast<int>(k), 1.0f, pa, static_cast<int>(k), pb, static_cast<int>(n), 0.0f, c.data(),
+                    static_cast<int>(n));
+        benchmark::DoNotOptimize(c.data());
+      },
+      repeats);
   double total = 0;
   for (auto _ : state) {
     const auto start = std::chrono::steady_clock::now();
@@ -69,7 +71,10 @@ void Matmul(benchmark::State& state) {
   state.counters["GFLOPS"] = 2.0 * static_cast<double>(m * n * k) / op / 1e9;
   state.counters["vs_cblas"] = blas / op;
 }
-BENCHMARK(Matmul)->Args({256, 256, 256})->Args({1024, 1024, 1024})->Args({2048, 8192, 2048})
+BENCHMARK(Matmul)
+    ->Args({256, 256, 256})
+    ->Args({1024, 1024, 1024})
+    ->Args({2048, 8192, 2048})
     ->Unit(benchmark::kMillisecond);
 
 void DecodeLinear(benchmark::State& state) {
@@ -79,11 +84,13 @@ void DecodeLinear(benchmark::State& state) {
   const float* px = x.value().data_as<float>();
   const float* pw = w.value().data_as<float>();
   std::vector<float> y(static_cast<std::size_t>(n));
-  const double blas = blas_seconds_per_call([&] {
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(n), static_cast<int>(k), 1.0f, pw,
-                static_cast<int>(k), px, 1, 0.0f, y.data(), 1);
-    benchmark::DoNotOptimize(y.data());
-  }, 10);
+  const double blas = blas_seconds_per_call(
+      [&] {
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(n), static_cast<int>(k), 1.0f, pw,
+                    static_cast<int>(k), px, 1, 0.0f, y.data(), 1);
+        benchmark::DoNotOptimize(y.data());
+      },
+      10);
   double total = 0;
   for (auto _ : state) {
     const auto start = std::chrono::steady_clock::now();
@@ -101,10 +108,12 @@ constexpr int64_t kElements = int64_t{16} << 20;
 
 double memcpy_seconds(std::size_t bytes) {
   std::vector<std::byte> src(bytes, std::byte{1}), dst(bytes);
-  return seconds_per_call([&] {
-    std::memcpy(dst.data(), src.data(), bytes);
-    benchmark::DoNotOptimize(dst.data());
-  }, 5);
+  return seconds_per_call(
+      [&] {
+        std::memcpy(dst.data(), src.data(), bytes);
+        benchmark::DoNotOptimize(dst.data());
+      },
+      5);
 }
 
 void Elementwise(benchmark::State& state) {

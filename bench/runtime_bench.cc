@@ -66,13 +66,11 @@ void AllReduce(benchmark::State& state) {
   const int64_t devices = state.range(1);
   sf::Runtime rt = sf::Runtime::local(devices);
   const sf::DeviceGroup group = all_devices(devices);
-  std::vector<std::vector<float>> data(static_cast<std::size_t>(devices),
-                                       std::vector<float>(bytes / sizeof(float)));
+  std::vector<std::vector<float>> data(static_cast<std::size_t>(devices), std::vector<float>(bytes / sizeof(float)));
   auto all_reduce = [&](int repeats) {
     rt.run([&](int64_t device, sf::Communicator& comm) {
       auto span = std::as_writable_bytes(std::span(data[static_cast<std::size_t>(device)]));
-      for (int i = 0; i < repeats; ++i)
-        comm.all_reduce(group, span, sf::DType::kF32, sf::ReduceOp::kMax);
+      for (int i = 0; i < repeats; ++i) comm.all_reduce(group, span, sf::DType::kF32, sf::ReduceOp::kMax);
     });
   };
   // Check: device d holds d + i at element i; the max is devices - 1 + i.

@@ -76,8 +76,7 @@ void HloV1String(benchmark::State& state) {
 BENCHMARK(HloV1String)->Arg(8)->Arg(64)->Arg(256);
 
 void FromSpecV1(benchmark::State& state) {
-  auto mesh = std::make_shared<const sf::Mesh>(std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7},
-                                               std::vector<int64_t>{4, 2},
+  auto mesh = std::make_shared<const sf::Mesh>(std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7}, std::vector<int64_t>{4, 2},
                                                std::vector<std::string>{"data", "model"});
   for (auto _ : state) {
     benchmark::DoNotOptimize(sf::Sharding::from_spec(mesh, {"data", sf::none}).to_hlo_v1().to_string());

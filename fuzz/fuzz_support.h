@@ -45,8 +45,7 @@ inline bool roundtrip() {
 
 // A broken invariant (SHARDFLOW_FUZZ_ROUNDTRIP): prints it and aborts, so
 // libFuzzer saves the input.
-[[noreturn]] inline void invariant_failed(std::string_view what, std::string_view first,
-                                          std::string_view second = {}) {
+[[noreturn]] inline void invariant_failed(std::string_view what, std::string_view first, std::string_view second = {}) {
   std::fprintf(stderr, "shardflow fuzz invariant failed: %.*s\n--- first:\n%.*s\n--- second:\n%.*s\n",
                static_cast<int>(what.size()), what.data(), static_cast<int>(first.size()), first.data(),
                static_cast<int>(second.size()), second.data());

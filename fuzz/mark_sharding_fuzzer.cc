@@ -55,7 +55,7 @@ std::vector<int64_t> integers(std::string_view text) {
     for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i) {
       const int digit = text[i] - '0';
       value = value > (std::numeric_limits<int64_t>::max() - digit) / 10 ? std::numeric_limits<int64_t>::max()
-                                                                          : value * 10 + digit;
+                                                                         : value * 10 + digit;
     }
     out.push_back(negative ? -value : value);
   }

@@ -18,7 +18,8 @@ namespace {
 
 bool all_finite(const shardflow::PyValue& value) {
   switch (value.kind()) {
-    case shardflow::PyValue::Kind::kFloat: return std::isfinite(value.as_float());
+    case shardflow::PyValue::Kind::kFloat:
+      return std::isfinite(value.as_float());
     case shardflow::PyValue::Kind::kTuple:
     case shardflow::PyValue::Kind::kList:
       for (const shardflow::PyValue& item : value.items()) {
@@ -30,7 +31,8 @@ bool all_finite(const shardflow::PyValue& value) {
         if (!all_finite(key) || !all_finite(item)) return false;
       }
       return true;
-    default: return true;
+    default:
+      return true;
   }
 }
 

@@ -2,6 +2,7 @@
 // writers (write_llama2c, write_hf, Tokenizer::write), plus broken variants
 // of each; the text corpora (IR, HloSharding, literals, ...) are written by
 // hand. Usage: fuzz_seed_writer <fuzz/corpus directory>
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -11,12 +12,10 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "model_fixture.h"
 #include "shardflow/base/error.h"
@@ -221,8 +220,9 @@ void tokenizer_bin_seeds(const fs::path& out, const fs::path& tmp) {
   std::vector<std::string> tokens = {"<unk>", "\n<s>\n", "\n</s>\n"};
   for (int b = 0; b < 256; ++b) tokens.push_back(fmt::format("<0x{:02X}>", b));
   std::vector<float> scores(tokens.size(), 0.0f);
-  const std::vector<std::string> pieces = {" ", "e", "l", "o", "h", "w", "r", "d", "he", "ll", "llo", " h", " hello",
-                                           " w", "or", "ld", " world", "\xC3\xA9", "h\xC3\xA9", "12"};
+  const std::vector<std::string> pieces = {" ",  "e",  "l",      "o",        "h",         "w",      "r",
+                                           "d",  "he", "ll",     "llo",      " h",        " hello", " w",
+                                           "or", "ld", " world", "\xC3\xA9", "h\xC3\xA9", "12"};
   for (std::size_t i = 0; i < pieces.size(); ++i) {
     tokens.push_back(pieces[i]);
     scores.push_back(-static_cast<float>(i));
@@ -276,9 +276,8 @@ Json llama_style(const std::vector<std::string>& pieces, const std::vector<std::
       {"added_tokens", Json::array({special(0, "<unk>"), special(1, "<s>"), special(2, "</s>")})},
       {"normalizer",
        {{"type", "Sequence"},
-        {"normalizers",
-         Json::array({{{"type", "Prepend"}, {"prepend", meta}},
-                      {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", meta}}})}}},
+        {"normalizers", Json::array({{{"type", "Prepend"}, {"prepend", meta}},
+                                     {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", meta}}})}}},
       {"pre_tokenizer", nullptr},
       {"decoder", {{"type", "Sequence"}}},
       {"model",
@@ -294,10 +293,11 @@ Json llama_style(const std::vector<std::string>& pieces, const std::vector<std::
 void tokenizer_json_seeds(const fs::path& out) {
   const fs::path dir = out / "tokenizer_json";
   const std::string m = "\xE2\x96\x81";
-  const std::vector<std::string> pieces = {m, "h", "e", "l", "o", "w", "r", "d", "he", "ll", "llo", "hello",
-                                           m + "h", m + "hello", "or", "ld", "wor", "world", m + "world"};
-  const std::vector<std::string> merges = {"h e", "l l", "ll o", "he llo", m + " h", m + " hello", "o r", "l d",
-                                           "w or", "wor ld", m + " world"};
+  const std::vector<std::string> pieces = {m,    "h",  "e",   "l",     "o",        "w",     "r",
+                                           "d",  "he", "ll",  "llo",   "hello",    m + "h", m + "hello",
+                                           "or", "ld", "wor", "world", m + "world"};
+  const std::vector<std::string> merges = {"h e", "l l", "ll o", "he llo", m + " h",    m + " hello",
+                                           "o r", "l d", "w or", "wor ld", m + " world"};
   const Json base = llama_style(pieces, merges);
   write(dir / "llama2_prepend.json", base.dump());
   {
@@ -320,8 +320,12 @@ void tokenizer_json_seeds(const fs::path& out) {
       array_merges.push_back(Json::array({merge.substr(0, space), merge.substr(space + 1)}));
     }
     t["model"]["merges"] = array_merges;
-    t["added_tokens"].push_back({{"id", 278}, {"content", "<|end|>"}, {"lstrip", true}, {"rstrip", true},
-                                 {"normalized", true}, {"special", false}});
+    t["added_tokens"].push_back({{"id", 278},
+                                 {"content", "<|end|>"},
+                                 {"lstrip", true},
+                                 {"rstrip", true},
+                                 {"normalized", true},
+                                 {"special", false}});
     t["model"]["vocab"]["<|end|>"] = 278;
     write(dir / "array_merges_added_token.json", t.dump());
   }

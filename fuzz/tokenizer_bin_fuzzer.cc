@@ -23,8 +23,7 @@ shardflow_fuzz::ScratchDir& scratch() {
 int64_t whole_records(const uint8_t* data, size_t size) {
   auto i32 = [&](size_t at) {
     return static_cast<int32_t>(static_cast<uint32_t>(data[at]) | static_cast<uint32_t>(data[at + 1]) << 8 |
-                                static_cast<uint32_t>(data[at + 2]) << 16 |
-                                static_cast<uint32_t>(data[at + 3]) << 24);
+                                static_cast<uint32_t>(data[at + 2]) << 16 | static_cast<uint32_t>(data[at + 3]) << 24);
   };
   int64_t count = 0;
   size_t offset = 4;

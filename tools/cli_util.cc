@@ -28,8 +28,8 @@ static std::string_view trim(std::string_view text) {
 // Strips one pair of enclosing brackets: "(2, 4)" -> "2, 4".
 static std::string_view strip_brackets(std::string_view text) {
   text = trim(text);
-  if (text.size() >= 2 && ((text.front() == '(' && text.back() == ')') ||
-                           (text.front() == '[' && text.back() == ']'))) {
+  if (text.size() >= 2 &&
+      ((text.front() == '(' && text.back() == ')') || (text.front() == '[' && text.back() == ']'))) {
     return trim(text.substr(1, text.size() - 2));
   }
   return text;
@@ -48,8 +48,10 @@ std::vector<int64_t> parse_int_list(std::string_view option, std::string_view te
     int64_t value = 0;
     const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
     if (item.empty() || ec != std::errc() || end != item.data() + item.size()) {
-      throw UsageError(fmt::format("{}: expected a comma-separated list of integers such as 2,4; "
-                                   "{} is not an integer", option, quote_for_message(item, 40)));
+      throw UsageError(
+          fmt::format("{}: expected a comma-separated list of integers such as 2,4; "
+                      "{} is not an integer",
+                      option, quote_for_message(item, 40)));
     }
     values.push_back(value);
   }
@@ -59,17 +61,17 @@ std::vector<int64_t> parse_int_list(std::string_view option, std::string_view te
 uint64_t parse_byte_size(std::string_view option, std::string_view text) {
   const std::string_view body = trim(text);
   std::size_t number_end = 0;
-  while (number_end < body.size() && (std::isdigit(static_cast<unsigned char>(body[number_end])) != 0 ||
-                                      body[number_end] == '.')) {
+  while (number_end < body.size() &&
+         (std::isdigit(static_cast<unsigned char>(body[number_end])) != 0 || body[number_end] == '.')) {
     ++number_end;
   }
   std::string unit(body.substr(number_end));
   for (char& ch : unit) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  static const std::pair<const char*, int> kUnits[] = {{"", 0},   {"b", 0},   {"k", 1},   {"kb", 1}, {"kib", 1},
-                                                       {"m", 2},  {"mb", 2},  {"mib", 2}, {"g", 3},  {"gb", 3},
-                                                       {"gib", 3}, {"t", 4}, {"tb", 4},  {"tib", 4}};
-  const auto* found = std::find_if(std::begin(kUnits), std::end(kUnits),
-                                   [&](const auto& u) { return unit == u.first; });
+  static const std::pair<const char*, int> kUnits[] = {{"", 0},    {"b", 0},  {"k", 1},   {"kb", 1}, {"kib", 1},
+                                                       {"m", 2},   {"mb", 2}, {"mib", 2}, {"g", 3},  {"gb", 3},
+                                                       {"gib", 3}, {"t", 4},  {"tb", 4},  {"tib", 4}};
+  const auto* found =
+      std::find_if(std::begin(kUnits), std::end(kUnits), [&](const auto& u) { return unit == u.first; });
   double value = 0;
   const std::string number(body.substr(0, number_end));
   const auto [end, ec] = std::from_chars(number.data(), number.data() + number.size(), value);
@@ -79,7 +81,8 @@ uint64_t parse_byte_size(std::string_view option, std::string_view text) {
   }
   const double bytes = value * std::pow(1024.0, found->second);
   if (!(bytes >= 1) || bytes >= 18446744073709551615.0) {
-    throw UsageError(fmt::format("{}: {} is not a size between 1 byte and 16 EiB", option, quote_for_message(text, 40)));
+    throw UsageError(
+        fmt::format("{}: {} is not a size between 1 byte and 16 EiB", option, quote_for_message(text, 40)));
   }
   return static_cast<uint64_t>(bytes);
 }
@@ -112,8 +115,7 @@ std::vector<std::string> parse_name_list(std::string_view option, std::string_vi
     }
     for (const PyValue& item : value.items()) {
       if (item.kind() != PyValue::Kind::kString) {
-        throw UsageError(
-            fmt::format("{}: axis names must be strings, got {}", option, item.repr()));
+        throw UsageError(fmt::format("{}: axis names must be strings, got {}", option, item.repr()));
       }
       names.push_back(item.as_string());
     }

@@ -72,7 +72,7 @@ struct LlamaOptions {
   std::optional<std::string> prompt_ids;
   int64_t steps = 32;
   std::optional<int64_t> batch;
-  std::optional<int64_t> seq_len;        // cache positions (default: what the prompt and steps need)
+  std::optional<int64_t> seq_len;         // cache positions (default: what the prompt and steps need)
   std::optional<std::string> max_memory;  // a size such as 8G (default: the machine's available memory)
   double temperature = 0;
   double top_p = 0.9;

@@ -7,11 +7,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <limits>
 #include <map>
-#include <optional>
-#include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <unordered_set>
@@ -22,13 +22,13 @@
 #include "shardflow/base/error.h"
 #include "shardflow/ir/text.h"
 #include "shardflow/ops/ops.h"
-#include "shardflow/trace/interpreter.h"
-#include "shardflow/trace/ops.h"
 #include "shardflow/partition/program.h"
 #include "shardflow/propagation/propagation.h"
 #include "shardflow/runtime/check.h"
 #include "shardflow/runtime/executor.h"
 #include "shardflow/runtime/runtime.h"
+#include "shardflow/trace/interpreter.h"
+#include "shardflow/trace/ops.h"
 
 namespace shardflow::cli {
 
@@ -81,9 +81,10 @@ static Partitioned partition_for(const Graph& graph, std::optional<int64_t> devi
   PropagationResult shardings = propagate_shardings(graph);
   const int64_t mesh_size = shardings.mesh()->size();
   if (devices && *devices != mesh_size) {
-    throw Error(fmt::format("the graph's annotations use a mesh of {} device(s) ({}); run it with "
-                            "--devices {} (got --devices {})", mesh_size, shardings.mesh()->to_string(),
-                            mesh_size, *devices));
+    throw Error(
+        fmt::format("the graph's annotations use a mesh of {} device(s) ({}); run it with "
+                    "--devices {} (got --devices {})",
+                    mesh_size, shardings.mesh()->to_string(), mesh_size, *devices));
   }
   PartitionedProgram program = partition_graph(graph, shardings);
   return {std::move(shardings), std::move(program)};
@@ -99,8 +100,9 @@ int run_partition_command(const PartitionOptions& options) {
     nlohmann::ordered_json values = nlohmann::ordered_json::object();
     const auto add = [&](const Value* value) {
       const Sharding& sharding = p.shardings.sharding(value);
-      values["%" + value->name()] = {{"sharding", sharding.to_hlo_v1().to_string()},
-                                     {"readable", sharding.to_readable(value->type().shape, dtype_name(value->type().dtype))}};
+      values["%" + value->name()] = {
+          {"sharding", sharding.to_hlo_v1().to_string()},
+          {"readable", sharding.to_readable(value->type().shape, dtype_name(value->type().dtype))}};
     };
     for (const Value* input : graph.inputs()) add(input);
     for (const auto& node : graph.nodes()) {
@@ -116,7 +118,10 @@ int run_partition_command(const PartitionOptions& options) {
                              {"value", "%" + info.value->name()},
                              {"reason", info.reason}});
     }
-    std::cout << nlohmann::ordered_json{{"values", values}, {"collectives", collectives}, {"warnings", p.program.warnings}}.dump()
+    std::cout << nlohmann::ordered_json{{"values", values},
+                                        {"collectives", collectives},
+                                        {"warnings", p.program.warnings}}
+                     .dump()
               << "\n";
     return 0;
   }
@@ -151,7 +156,8 @@ int run_run_command(const RunOptions& options) {
   const auto profile = options.profile ? std::make_shared<OpProfile>() : nullptr;
   const auto started = std::chrono::steady_clock::now();
   outputs = run_program(p.program, *runtime, inputs, profile.get());
-  if (profile) profile->add_function_call(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  if (profile)
+    profile->add_function_call(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   const std::optional<ProfileReport> report = report_of(profile);
   std::optional<std::vector<DenseTensor>> reference;
   if (options.check) reference = run_graph(graph, input_values);
@@ -170,9 +176,8 @@ int run_run_command(const RunOptions& options) {
                               {"sum", sum},
                               {"values_head", head}});
     } else {
-      std::cout << fmt::format("output {} (%{}): {}{}  sum {:.6g}  values [{:.6g}]{}\n", i,
-                               graph.outputs()[i]->name(), dtype_name(output.dtype()),
-                               shape_to_string(output.shape()), sum, fmt::join(head, ", "),
+      std::cout << fmt::format("output {} (%{}): {}{}  sum {:.6g}  values [{:.6g}]{}\n", i, graph.outputs()[i]->name(),
+                               dtype_name(output.dtype()), shape_to_string(output.shape()), sum, fmt::join(head, ", "),
                                values.size() > head.size() ? " ..." : "");
     }
   }

@@ -48,7 +48,7 @@ struct Setup {
   std::vector<std::string> axis_names;
   int64_t devices = 1;
   int64_t batch = 1;
-  int64_t data_parallel = 1;  // the size of the 'data' axis: weights are replicated over it
+  int64_t data_parallel = 1;    // the size of the 'data' axis: weights are replicated over it
   int64_t cache_positions = 0;  // the KV cache's positions (at most config.seq_len)
   std::vector<int64_t> prompt;
   std::optional<llama::Tokenizer> tokenizer;
@@ -81,14 +81,15 @@ void size_cache(const LlamaOptions& o, Setup& s) {
   s.cache_positions = context;
   if (o.seq_len) {
     if (*o.seq_len < 1 || *o.seq_len > context) {
-      throw UsageError(fmt::format("--seq-len {} is outside 1..{}, the model's context (its seq_len)", *o.seq_len,
-                                   context));
+      throw UsageError(
+          fmt::format("--seq-len {} is outside 1..{}, the model's context (its seq_len)", *o.seq_len, context));
     }
     s.cache_positions = *o.seq_len;
     return;
   }
   const auto prompt = static_cast<int64_t>(s.prompt.size());
-  if (o.steps >= 1 && o.steps <= context && prompt <= context) s.cache_positions = std::min(context, prompt + o.steps - 1);
+  if (o.steps >= 1 && o.steps <= context && prompt <= context)
+    s.cache_positions = std::min(context, prompt + o.steps - 1);
 }
 
 // Everything the run holds, from the config and the request, against the
@@ -150,8 +151,8 @@ Setup make_setup(const LlamaOptions& o) {
     }
   }
   if (s.mesh_shape.size() != s.axis_names.size()) {
-    throw UsageError(fmt::format("--mesh has {} axes but --axis-names names {}", s.mesh_shape.size(),
-                                 s.axis_names.size()));
+    throw UsageError(
+        fmt::format("--mesh has {} axes but --axis-names names {}", s.mesh_shape.size(), s.axis_names.size()));
   }
   s.devices = 1;
   for (int64_t size : s.mesh_shape) {
@@ -173,8 +174,9 @@ Setup make_setup(const LlamaOptions& o) {
   s.tokenizer = load_tokenizer(o, s.config);
   if (o.prompt) {
     if (!s.tokenizer) {
-      throw Error("--prompt needs a tokenizer to encode the text (--tokenizer, or a tokenizer.json in the --weights "
-                  "directory); or give token ids with --prompt-ids");
+      throw Error(
+          "--prompt needs a tokenizer to encode the text (--tokenizer, or a tokenizer.json in the --weights "
+          "directory); or give token ids with --prompt-ids");
     }
     s.prompt = s.tokenizer->encode(*o.prompt, /*bos=*/true, /*eos=*/false);
   } else if (o.prompt_ids) {
@@ -203,8 +205,8 @@ class Progress {
   void update(int64_t done, int64_t total) {
     if (!on_) return;
     const int64_t width = 30, filled = total > 0 ? done * width / total : width;
-    std::cerr << fmt::format("\r{} [{:<{}}] {}/{}", label_, std::string(static_cast<std::size_t>(filled), '#'),
-                             width, done, total)
+    std::cerr << fmt::format("\r{} [{:<{}}] {}/{}", label_, std::string(static_cast<std::size_t>(filled), '#'), width,
+                             done, total)
               << std::flush;
   }
   void done() {
@@ -287,7 +289,8 @@ Comparison compare(const llama::Generation& got, const llama::Generation& want) 
                                     kLogitTolerance * (1 + scale));
     }
     bool same_tokens = true;
-    for (std::size_t b = 0; b < got.tokens.size(); ++b) same_tokens = same_tokens && got.tokens[b][step] == want.tokens[b][step];
+    for (std::size_t b = 0; b < got.tokens.size(); ++b)
+      same_tokens = same_tokens && got.tokens[b][step] == want.tokens[b][step];
     if (!same_tokens) {
       if (c.first_problem.empty()) c.first_problem = fmt::format("the tokens of step {} differ", step);
       break;
@@ -319,8 +322,8 @@ int run_llama_command(const LlamaOptions& o) {
 
   const llama::Generation& g = run.generation;
   const double prefill_tps = static_cast<double>(s.batch * g.prompt_tokens) / std::max(g.prefill_seconds, 1e-9);
-  const double decode_tps = o.steps > 1 ? static_cast<double>(s.batch * (o.steps - 1)) / std::max(g.decode_seconds, 1e-9)
-                                        : 0.0;
+  const double decode_tps =
+      o.steps > 1 ? static_cast<double>(s.batch * (o.steps - 1)) / std::max(g.decode_seconds, 1e-9) : 0.0;
   std::map<std::string, int64_t> per_kind;
   for (const ProgramCollective& c : run.decode_collectives) ++per_kind[c.kind];
   const int64_t traces = run.prefill.traces + run.decode.traces;
@@ -355,14 +358,16 @@ int run_llama_command(const LlamaOptions& o) {
     for (std::size_t b = 0; b < g.tokens.size(); ++b) {
       std::cout << (g.tokens.size() > 1 ? fmt::format("[{}] ", b) : "") << row_text(s, g.tokens[b]) << "\n";
     }
-    std::cout << fmt::format("\n{} on {} device(s), mesh ({}) over ({}), batch {}, {} prompt token(s), "
-                             "a cache of {} positions\n",
-                             s.config.to_string(), s.devices, fmt::join(s.mesh_shape, ", "),
-                             fmt::join(s.axis_names, ", "), s.batch, g.prompt_tokens, s.cache_positions);
+    std::cout << fmt::format(
+        "\n{} on {} device(s), mesh ({}) over ({}), batch {}, {} prompt token(s), "
+        "a cache of {} positions\n",
+        s.config.to_string(), s.devices, fmt::join(s.mesh_shape, ", "), fmt::join(s.axis_names, ", "), s.batch,
+        g.prompt_tokens, s.cache_positions);
     if (!run.plan_text.empty()) std::cout << "sharding plan: " << run.plan_text;
-    std::cout << fmt::format("prefill {:.1f} tokens/s, decode {:.1f} tokens/s, compile {:.0f} ms, "
-                             "{} traces, {} cache hits\n",
-                             prefill_tps, decode_tps, run.compile_ms, traces, cache_hits);
+    std::cout << fmt::format(
+        "prefill {:.1f} tokens/s, decode {:.1f} tokens/s, compile {:.0f} ms, "
+        "{} traces, {} cache hits\n",
+        prefill_tps, decode_tps, run.compile_ms, traces, cache_hits);
     std::cout << fmt::format("{} collective(s) per decode step", run.decode_collectives.size());
     for (const auto& [kind, n] : per_kind) std::cout << fmt::format(", {} {}", n, kind);
     std::cout << "\n";
@@ -376,8 +381,8 @@ int run_llama_command(const LlamaOptions& o) {
     }
   }
   if (check && (!check->tokens_equal || !check->within)) {
-    std::cerr << fmt::format("error: the {}-device generation differs from the one-device generation: {}\n",
-                             s.devices, check->first_problem);
+    std::cerr << fmt::format("error: the {}-device generation differs from the one-device generation: {}\n", s.devices,
+                             check->first_problem);
     return 1;
   }
   return 0;

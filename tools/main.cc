@@ -1,8 +1,8 @@
 // The `shardflow` command-line program.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
@@ -41,8 +41,8 @@ static std::string one_line(std::string message) {
     const auto c = static_cast<unsigned char>(message[i]);
     if (c >= 0x20 && c < 0x7F) {
       out += static_cast<char>(c);
-    } else if (const shardflow::CodePoint code = c >= 0x80 ? shardflow::decode_utf8(message, i)
-                                                            : shardflow::CodePoint{};
+    } else if (const shardflow::CodePoint code =
+                   c >= 0x80 ? shardflow::decode_utf8(message, i) : shardflow::CodePoint{};
                code.length > 0) {
       out.append(message, i, code.length);
       i += code.length - 1;
@@ -82,38 +82,37 @@ static void refuse_integer_overflow(CLI::App& app) {
 }
 
 static void add_sharding_command(CLI::App& app, cli::ShardingOptions& options) {
-  CLI::App* command = app.add_subcommand(
-      "sharding",
-      "Show how a partition spec shards a tensor over a device mesh: the XLA sharding strings "
-      "PyTorch/XLA prints (V1 explicit, V2 iota), the sharding type, and which device holds "
-      "which block");
+  CLI::App* command =
+      app.add_subcommand("sharding",
+                         "Show how a partition spec shards a tensor over a device mesh: the XLA sharding strings "
+                         "PyTorch/XLA prints (V1 explicit, V2 iota), the sharding type, and which device holds "
+                         "which block");
   command->add_option("--mesh-shape", options.mesh_shape, "Mesh shape, e.g. 2,4")->required();
   command->add_option("--device-ids", options.device_ids,
                       "Device ids in mesh order (default 0..N-1), e.g. 0,1,2,3,4,5,6,7");
-  command->add_option("--axis-names", options.axis_names,
-                      "Axis names, e.g. data,model (default: unnamed axes)");
-  command->add_option("--spec", options.spec,
-                      "Partition spec as a Python tuple, e.g. \"(0, None)\" or "
-                      "\"(('data', 'fsdp'), None)\"")
+  command->add_option("--axis-names", options.axis_names, "Axis names, e.g. data,model (default: unnamed axes)");
+  command
+      ->add_option("--spec", options.spec,
+                   "Partition spec as a Python tuple, e.g. \"(0, None)\" or "
+                   "\"(('data', 'fsdp'), None)\"")
       ->required();
   command->add_option("--shape", options.shape,
                       "Tensor shape, e.g. 4,4; adds the padded shard shape and each device's "
                       "slices");
   command->add_option("--num-devices", options.num_devices,
                       "Global device count the mesh must cover (default: the mesh size)");
-  command->add_option("--format", options.format, "Output format")
-      ->check(CLI::IsMember({"text", "v1", "v2", "json"}));
+  command->add_option("--format", options.format, "Output format")->check(CLI::IsMember({"text", "v1", "v2", "json"}));
 }
 
-static void add_ir_commands(CLI::App& app, cli::IrOptions& ir, cli::RunOptions& run,
-                            cli::PartitionOptions& partition) {
-  CLI::App* ir_command = app.add_subcommand(
-      "ir", "Parse, verify and print a graph in shardflow's IR text form (docs/ir.md)");
+static void add_ir_commands(CLI::App& app, cli::IrOptions& ir, cli::RunOptions& run, cli::PartitionOptions& partition) {
+  CLI::App* ir_command =
+      app.add_subcommand("ir", "Parse, verify and print a graph in shardflow's IR text form (docs/ir.md)");
   ir_command->add_option("file", ir.file, "IR file")->required();
 
-  CLI::App* run_command = app.add_subcommand(
-      "run", "Partition a graph, run it on in-process devices on deterministic random inputs, and "
-             "summarise its outputs");
+  CLI::App* run_command =
+      app.add_subcommand("run",
+                         "Partition a graph, run it on in-process devices on deterministic random inputs, and "
+                         "summarise its outputs");
   run_command->add_option("file", run.file, "IR file")->required();
   run_command->add_option("--seed", run.seed, "Seed of the random inputs");
   run_command->add_option("--devices", run.devices,
@@ -123,24 +122,26 @@ static void add_ir_commands(CLI::App& app, cli::IrOptions& ir, cli::RunOptions& 
   run_command->add_flag("--profile", run.profile,
                         "Also report where the run spent its time: per op kind on the first device, collectives "
                         "included");
-  run_command->add_option("--format", run.format, "Output format")
-      ->check(CLI::IsMember({"text", "json"}));
+  run_command->add_option("--format", run.format, "Output format")->check(CLI::IsMember({"text", "json"}));
   run_command->add_option("--backend", run.backend, kBackendHelp)->check(CLI::IsMember({"local", "mpi"}));
 
-  CLI::App* partition_command = app.add_subcommand(
-      "partition", "Propagate shardings and partition a graph: every value's sharding, the per-device "
-                   "program, and each collective with the reason it is there");
+  CLI::App* partition_command =
+      app.add_subcommand("partition",
+                         "Propagate shardings and partition a graph: every value's sharding, the per-device "
+                         "program, and each collective with the reason it is there");
   partition_command->add_option("file", partition.file, "IR file")->required();
   partition_command->add_option("--devices", partition.devices, "Number of devices (the annotations' mesh size)");
-  partition_command->add_option("--format", partition.format, "Output format")
-      ->check(CLI::IsMember({"text", "json"}));
+  partition_command->add_option("--format", partition.format, "Output format")->check(CLI::IsMember({"text", "json"}));
 }
 
 static void add_llama_command(CLI::App& app, cli::LlamaOptions& o) {
-  CLI::App* c = app.add_subcommand(
-      "llama", "Generate with LLaMA 2 on in-process devices: Megatron sharding plan, activation sharding "
-               "inside the compiled step, one program for prefill and one for decode");
-  c->add_option("--weights", o.weights, "llama2.c checkpoint (.bin) or Hugging Face checkpoint directory (config.json + safetensors); default: random weights of --config");
+  CLI::App* c =
+      app.add_subcommand("llama",
+                         "Generate with LLaMA 2 on in-process devices: Megatron sharding plan, activation sharding "
+                         "inside the compiled step, one program for prefill and one for decode");
+  c->add_option("--weights", o.weights,
+                "llama2.c checkpoint (.bin) or Hugging Face checkpoint directory (config.json + safetensors); default: "
+                "random weights of --config");
   c->add_option("--tokenizer", o.tokenizer,
                 "llama2.c tokenizer.bin, or Hugging Face tokenizer.json (or a directory holding one); default: the "
                 "tokenizer.json of a --weights directory, if any; without one prompts and outputs are ids");
@@ -176,14 +177,16 @@ static void use_full_width_blas_kernels(char** argv) {
   const shardflow::BlasKernelCheck check = shardflow::check_blas_kernels();
   if (check.better_core.empty()) return;
   if (const char* forced = std::getenv("OPENBLAS_CORETYPE")) {
-    std::cerr << fmt::format("note: OPENBLAS_CORETYPE={} makes OpenBLAS use its {} kernels on this {} CPU; unset it, "
-                             "or set it to {}, for matrix products several times faster\n",
-                             forced, check.corename, check.cpu_isa, check.better_core);
+    std::cerr << fmt::format(
+        "note: OPENBLAS_CORETYPE={} makes OpenBLAS use its {} kernels on this {} CPU; unset it, "
+        "or set it to {}, for matrix products several times faster\n",
+        forced, check.corename, check.cpu_isa, check.better_core);
     return;
   }
-  std::cerr << fmt::format("note: OpenBLAS chose its {} kernels for this {} CPU; running again with "
-                           "OPENBLAS_CORETYPE={}\n",
-                           check.corename, check.cpu_isa, check.better_core);
+  std::cerr << fmt::format(
+      "note: OpenBLAS chose its {} kernels for this {} CPU; running again with "
+      "OPENBLAS_CORETYPE={}\n",
+      check.corename, check.cpu_isa, check.better_core);
   setenv("OPENBLAS_CORETYPE", check.better_core.c_str(), 1);
   execv("/proc/self/exe", argv);
   std::cerr << fmt::format("note: could not run again ({}); export OPENBLAS_CORETYPE={} for faster matrix products\n",
@@ -213,7 +216,8 @@ int main(int argc, char** argv) {
     std::cout << app.help("", CLI::AppFormatMode::All);
     return 0;
   } catch (const CLI::ParseError& error) {
-    std::cerr << "error: " << error.what() << "\n" << "Run with --help for usage.\n";
+    std::cerr << "error: " << error.what() << "\n"
+              << "Run with --help for usage.\n";
     return 2;
   }
 

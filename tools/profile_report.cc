@@ -32,14 +32,17 @@ nlohmann::ordered_json profile_json(const ProfileReport& r) {
                    {"ms_per_call", ms},
                    {"share", r.ms_per_call > 0 ? ms / r.ms_per_call : 0.0}});
   }
-  return {{"device", r.device}, {"calls", r.calls},     {"ms_per_call", r.ms_per_call},
-          {"ops", ops},         {"outside_ops_ms_per_call", r.outside_ops_ms}};
+  return {{"device", r.device},
+          {"calls", r.calls},
+          {"ms_per_call", r.ms_per_call},
+          {"ops", ops},
+          {"outside_ops_ms_per_call", r.outside_ops_ms}};
 }
 
 std::string profile_text(const std::string& title, const ProfileReport& r) {
   const double calls = static_cast<double>(r.calls);
-  std::string out = fmt::format("{} profile, device {}: {:.3f} ms per call, mean of {} call(s); per call:\n",
-                                title, r.device, r.ms_per_call, r.calls);
+  std::string out = fmt::format("{} profile, device {}: {:.3f} ms per call, mean of {} call(s); per call:\n", title,
+                                r.device, r.ms_per_call, r.calls);
   out += fmt::format("  {:<40} {:>7} {:>10} {:>7}\n", "op", "calls", "ms", "share");
   const auto share = [&](double ms) { return r.ms_per_call > 0 ? 100 * ms / r.ms_per_call : 0.0; };
   for (const OpProfile::Entry& e : r.ops) {

@@ -14,13 +14,26 @@ using Code = nb::dlpack::dtype_code;
 static std::string dlpack_name(nb::dlpack::dtype dtype) {
   const char* kind = "type";
   switch (static_cast<Code>(dtype.code)) {
-    case Code::Int: kind = "int"; break;
-    case Code::UInt: kind = "uint"; break;
-    case Code::Float: kind = "float"; break;
-    case Code::Bfloat: kind = "bfloat"; break;
-    case Code::Complex: kind = "complex"; break;
-    case Code::Bool: kind = "bool"; break;
-    default: break;
+    case Code::Int:
+      kind = "int";
+      break;
+    case Code::UInt:
+      kind = "uint";
+      break;
+    case Code::Float:
+      kind = "float";
+      break;
+    case Code::Bfloat:
+      kind = "bfloat";
+      break;
+    case Code::Complex:
+      kind = "complex";
+      break;
+    case Code::Bool:
+      kind = "bool";
+      break;
+    default:
+      break;
   }
   return fmt::format("{}{}", kind, dtype.bits) + (dtype.lanes != 1 ? fmt::format("x{}", dtype.lanes) : "");
 }
@@ -42,22 +55,30 @@ DType dtype_from_dlpack(nb::dlpack::dtype dtype) {
       case Code::Bool:
         if (dtype.bits == 8) return DType::kBool;
         break;
-      default: break;
+      default:
+        break;
     }
   }
-  throw Error(fmt::format("shardflow has no dtype for arrays of {}; it has float32, bfloat16, float16, int64, int32 "
-                          "and bool (convert first, e.g. array.astype(numpy.float32))",
-                          dlpack_name(dtype)));
+  throw Error(
+      fmt::format("shardflow has no dtype for arrays of {}; it has float32, bfloat16, float16, int64, int32 "
+                  "and bool (convert first, e.g. array.astype(numpy.float32))",
+                  dlpack_name(dtype)));
 }
 
 nb::dlpack::dtype dlpack_dtype(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return nb::dtype<float>();
-    case DType::kBF16: return {static_cast<uint8_t>(Code::Bfloat), 16, 1};
-    case DType::kF16: return {static_cast<uint8_t>(Code::Float), 16, 1};
-    case DType::kI64: return nb::dtype<int64_t>();
-    case DType::kI32: return nb::dtype<int32_t>();
-    case DType::kBool: return nb::dtype<bool>();
+    case DType::kF32:
+      return nb::dtype<float>();
+    case DType::kBF16:
+      return {static_cast<uint8_t>(Code::Bfloat), 16, 1};
+    case DType::kF16:
+      return {static_cast<uint8_t>(Code::Float), 16, 1};
+    case DType::kI64:
+      return nb::dtype<int64_t>();
+    case DType::kI32:
+      return nb::dtype<int32_t>();
+    case DType::kBool:
+      return nb::dtype<bool>();
   }
   return nb::dtype<float>();  // unreachable: the switch covers every dtype
 }
@@ -70,12 +91,12 @@ DenseTensor borrow_array(const InputArray& array) {
   // The deleter may run on a device thread: it takes the GIL to let go of
   // the array, unless the interpreter is already gone.
   auto* kept = new InputArray(array);
-  std::shared_ptr<std::byte> owner(reinterpret_cast<std::byte*>(const_cast<void*>(static_cast<const void*>(array.data()))),
-                                   [kept](std::byte*) {
-                                     if (!Py_IsInitialized() || _Py_IsFinalizing()) return;  // leak at exit
-                                     nb::gil_scoped_acquire gil;
-                                     delete kept;
-                                   });
+  std::shared_ptr<std::byte> owner(
+      reinterpret_cast<std::byte*>(const_cast<void*>(static_cast<const void*>(array.data()))), [kept](std::byte*) {
+        if (!Py_IsInitialized() || _Py_IsFinalizing()) return;  // leak at exit
+        nb::gil_scoped_acquire gil;
+        delete kept;
+      });
   return DenseTensor::borrow(dtype, std::move(shape), std::move(owner));
 }
 
@@ -97,8 +118,9 @@ static nb::object view_as(const DenseTensor& tensor) {
 
 nb::object to_numpy(const DenseTensor& tensor) {
   if (tensor.dtype() == DType::kBF16) {
-    throw Error("NumPy has no bfloat16 dtype: read a bf16 tensor with torch.from_dlpack(t), or convert it first "
-                "with t.to('float32')");
+    throw Error(
+        "NumPy has no bfloat16 dtype: read a bf16 tensor with torch.from_dlpack(t), or convert it first "
+        "with t.to('float32')");
   }
   return view_as<nb::numpy>(tensor);
 }

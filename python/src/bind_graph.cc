@@ -126,9 +126,7 @@ struct PyExecutable {
     return runner->run(*prepared, std::move(inputs), profile);
   }
 
-  std::string program_text() const {
-    return prepared ? prepared->describe(*graph.graph) : print_graph(*graph.graph);
-  }
+  std::string program_text() const { return prepared ? prepared->describe(*graph.graph) : print_graph(*graph.graph); }
   std::vector<ProgramCollective> collectives() const {
     return prepared ? prepared->collectives() : std::vector<ProgramCollective>{};
   }
@@ -167,8 +165,8 @@ static RunResult run(const PyProgram& p, std::optional<std::vector<InputArray>> 
   std::vector<DenseTensor> inputs;
   if (arrays) {
     if (arrays->size() != graph.inputs().size()) {
-      throw Error(fmt::format("graph @{} takes {} input(s), got {}", graph.name(), graph.inputs().size(),
-                              arrays->size()));
+      throw Error(
+          fmt::format("graph @{} takes {} input(s), got {}", graph.name(), graph.inputs().size(), arrays->size()));
     }
     for (std::size_t i = 0; i < arrays->size(); ++i) {
       DenseTensor value = borrow_array((*arrays)[i]);
@@ -217,16 +215,18 @@ static nb::list numpy_list(const std::vector<DenseTensor>& values) {
 
 void bind_graph(nb::module_& m) {
   nb::class_<PyGraph>(m, "Graph", "A graph of the IR (docs/ir.md): a function in SSA form over PyTorch-named ops.")
-      .def_static("parse",
-                  [](const std::string& text) {
-                    Graph graph = parse_graph(text);
-                    verify_graph(graph);
-                    return PyGraph{std::make_shared<const Graph>(std::move(graph))};
-                  },
-                  "text"_a, "Parses and verifies IR text; errors name the line and column (or the node).")
+      .def_static(
+          "parse",
+          [](const std::string& text) {
+            Graph graph = parse_graph(text);
+            verify_graph(graph);
+            return PyGraph{std::make_shared<const Graph>(std::move(graph))};
+          },
+          "text"_a, "Parses and verifies IR text; errors name the line and column (or the node).")
       .def("verify", [](const PyGraph& g) { verify_graph(*g.graph); })
       .def_prop_ro("name", [](const PyGraph& g) { return g.graph->name(); })
-      .def_prop_ro("text", [](const PyGraph& g) { return print_graph(*g.graph); }, "The canonical text.")
+      .def_prop_ro(
+          "text", [](const PyGraph& g) { return print_graph(*g.graph); }, "The canonical text.")
       .def_prop_ro("inputs",
                    [](const PyGraph& g) {
                      std::vector<std::string> names;
@@ -240,24 +240,29 @@ void bind_graph(nb::module_& m) {
                      return names;
                    })
       .def_prop_ro("num_nodes", [](const PyGraph& g) { return g.graph->nodes().size(); })
-      .def("type_of", [](const PyGraph& g, const std::string& value) {
-        const TensorType& type = g.value(value).type();
-        return std::string(dtype_name(type.dtype)) + shape_to_string(type.shape);
-      }, "value"_a, "'f32[8,512]'")
-      .def("random_inputs", [](const PyGraph& g, int64_t seed) { return numpy_list(random_inputs(*g.graph, seed)); },
-           "seed"_a = 0, "The deterministic inputs `shardflow run` uses (integers valid as indices).")
-      .def("run_one_device",
-           [](const PyGraph& g, std::vector<InputArray> arrays) {
-             std::vector<DenseTensor> inputs;
-             for (const InputArray& a : arrays) inputs.push_back(borrow_array(a));
-             std::vector<DenseTensor> outputs;
-             {
-               nb::gil_scoped_release release;
-               outputs = run_graph(*g.graph, inputs);
-             }
-             return numpy_list(outputs);
-           },
-           "inputs"_a, "Runs the unsharded graph on one device.")
+      .def(
+          "type_of",
+          [](const PyGraph& g, const std::string& value) {
+            const TensorType& type = g.value(value).type();
+            return std::string(dtype_name(type.dtype)) + shape_to_string(type.shape);
+          },
+          "value"_a, "'f32[8,512]'")
+      .def(
+          "random_inputs", [](const PyGraph& g, int64_t seed) { return numpy_list(random_inputs(*g.graph, seed)); },
+          "seed"_a = 0, "The deterministic inputs `shardflow run` uses (integers valid as indices).")
+      .def(
+          "run_one_device",
+          [](const PyGraph& g, std::vector<InputArray> arrays) {
+            std::vector<DenseTensor> inputs;
+            for (const InputArray& a : arrays) inputs.push_back(borrow_array(a));
+            std::vector<DenseTensor> outputs;
+            {
+              nb::gil_scoped_release release;
+              outputs = run_graph(*g.graph, inputs);
+            }
+            return numpy_list(outputs);
+          },
+          "inputs"_a, "Runs the unsharded graph on one device.")
       .def("__str__", [](const PyGraph& g) { return print_graph(*g.graph); })
       .def("__repr__", [](const PyGraph& g) {
         return fmt::format("Graph(@{}, {} inputs, {} nodes)", g.graph->name(), g.graph->inputs().size(),
@@ -267,24 +272,32 @@ void bind_graph(nb::module_& m) {
   nb::class_<PyPropagation>(m, "Propagation", "A sharding for every value of a graph, and where each came from.")
       .def_prop_ro("graph", [](const PyPropagation& p) { return p.graph; })
       .def_prop_ro("mesh", [](const PyPropagation& p) { return python_mesh(p.result->mesh()); })
-      .def("sharding", [](const PyPropagation& p, const std::string& value) { return p.result->sharding(&p.graph.value(value)); },
-           "value"_a, "The sharding of a value ('%3').")
-      .def("readable",
-           [](const PyPropagation& p, const std::string& value) {
-             const Value& v = p.graph.value(value);
-             return p.result->sharding(&v).to_readable(v.type().shape, dtype_name(v.type().dtype));
-           },
-           "value"_a, "'f32[8@data,512]'")
-      .def("origin",
-           [](const PyPropagation& p, const std::string& value, int dim) {
-             return p.result->origin(&p.graph.value(value), dim).describe();
-           },
-           "value"_a, "dim"_a, "Where the axes of a dim came from ('the annotation at %1 through %2 aten::matmul').")
-      .def("is_annotated", [](const PyPropagation& p, const std::string& value) {
-        return p.result->is_annotated(&p.graph.value(value));
-      }, "value"_a)
-      .def_prop_ro("text", [](const PyPropagation& p) { return print_with_shardings(*p.graph.graph, *p.result); },
-                   "The graph with every value's sharding (readable and XLA V1).")
+      .def(
+          "sharding",
+          [](const PyPropagation& p, const std::string& value) { return p.result->sharding(&p.graph.value(value)); },
+          "value"_a, "The sharding of a value ('%3').")
+      .def(
+          "readable",
+          [](const PyPropagation& p, const std::string& value) {
+            const Value& v = p.graph.value(value);
+            return p.result->sharding(&v).to_readable(v.type().shape, dtype_name(v.type().dtype));
+          },
+          "value"_a, "'f32[8@data,512]'")
+      .def(
+          "origin",
+          [](const PyPropagation& p, const std::string& value, int dim) {
+            return p.result->origin(&p.graph.value(value), dim).describe();
+          },
+          "value"_a, "dim"_a, "Where the axes of a dim came from ('the annotation at %1 through %2 aten::matmul').")
+      .def(
+          "is_annotated",
+          [](const PyPropagation& p, const std::string& value) {
+            return p.result->is_annotated(&p.graph.value(value));
+          },
+          "value"_a)
+      .def_prop_ro(
+          "text", [](const PyPropagation& p) { return print_with_shardings(*p.graph.graph, *p.result); },
+          "The graph with every value's sharding (readable and XLA V1).")
       .def("__str__", [](const PyPropagation& p) { return print_with_shardings(*p.graph.graph, *p.result); });
 
   nb::class_<PyProgram>(m, "Program", "The per-device SPMD program of a graph, with its collectives.")
@@ -292,11 +305,13 @@ void bind_graph(nb::module_& m) {
       .def_prop_ro("shardings", [](const PyProgram& p) { return p.shardings; })
       .def_prop_ro("mesh", [](const PyProgram& p) { return python_mesh(p.program->mesh); })
       .def_prop_ro("num_devices", [](const PyProgram& p) { return p.program->mesh->size(); })
-      .def_prop_ro("text", [](const PyProgram& p) { return p.program->to_string(*p.shardings.graph.graph); },
-                   "One instruction per line, each collective with its reason.")
+      .def_prop_ro(
+          "text", [](const PyProgram& p) { return p.program->to_string(*p.shardings.graph.graph); },
+          "One instruction per line, each collective with its reason.")
       .def_prop_ro("collectives", &collectives_of)
-      .def_prop_ro("warnings", [](const PyProgram& p) { return p.program->warnings; },
-                   "Full re-materialisations, with the op that caused them.")
+      .def_prop_ro(
+          "warnings", [](const PyProgram& p) { return p.program->warnings; },
+          "Full re-materialisations, with the op that caused them.")
       .def_prop_ro("input_shardings", [](const PyProgram& p) { return p.program->input_shardings; })
       .def_prop_ro("output_shardings", [](const PyProgram& p) { return p.program->output_shardings; })
       .def("__str__", [](const PyProgram& p) { return p.program->to_string(*p.shardings.graph.graph); });
@@ -305,73 +320,78 @@ void bind_graph(nb::module_& m) {
   m.def("partition", &partition, "graph"_a, "shardings"_a.none() = nb::none(),
         "Partitions a graph into one per-device program (propagating first unless given the result).");
 
-  m.def("_blas_kernel_check",
-        [] {
-          const BlasKernelCheck check = check_blas_kernels();
-          return std::make_tuple(check.corename, check.cpu_isa, check.better_core);
-        },
-        "(OpenBLAS's kernel set, the CPU's widest vector ISA, a better OPENBLAS_CORETYPE or '').");
-  m.def("_runner_id", [] { return reinterpret_cast<std::uintptr_t>(graph_runner()); },
-        "Identifies what runs graphs now (the one-device interpreter or a runtime's devices).");
+  m.def(
+      "_blas_kernel_check",
+      [] {
+        const BlasKernelCheck check = check_blas_kernels();
+        return std::make_tuple(check.corename, check.cpu_isa, check.better_core);
+      },
+      "(OpenBLAS's kernel set, the CPU's widest vector ISA, a better OPENBLAS_CORETYPE or '').");
+  m.def(
+      "_runner_id", [] { return reinterpret_cast<std::uintptr_t>(graph_runner()); },
+      "Identifies what runs graphs now (the one-device interpreter or a runtime's devices).");
   nb::class_<OpProfile>(m, "OpProfile",
                         "Where compiled programs spend their time: per device, each op kind's calls and seconds.")
       .def(nb::new_([] { return std::make_shared<OpProfile>(); }))
       .def("devices", &OpProfile::devices)
-      .def("entries",
-           [](const OpProfile& p, int64_t device) {
-             nb::list rows;
-             for (const OpProfile::Entry& e : p.entries(device)) rows.append(nb::make_tuple(e.op, e.calls, e.seconds));
-             return rows;
-           },
-           "device"_a = 0, "(op, calls, seconds) rows, the most time first.")
+      .def(
+          "entries",
+          [](const OpProfile& p, int64_t device) {
+            nb::list rows;
+            for (const OpProfile::Entry& e : p.entries(device)) rows.append(nb::make_tuple(e.op, e.calls, e.seconds));
+            return rows;
+          },
+          "device"_a = 0, "(op, calls, seconds) rows, the most time first.")
       .def_prop_ro("function_calls", &OpProfile::function_calls)
       .def_prop_ro("function_seconds", &OpProfile::function_seconds)
       .def("clear", &OpProfile::clear);
   nb::class_<PyExecutable>(m, "Executable",
                            "A graph prepared for the current runtime: propagated with the inputs' shardings,\n"
                            "partitioned and ready to run on shardflow Tensors (outputs stay laid out as shards).")
-      .def("__init__",
-           [](PyExecutable* self, const PyGraph& graph, std::vector<std::optional<Sharding>> input_shardings) {
-             GraphRunner* runner = graph_runner();
-             std::shared_ptr<const PreparedGraph> prepared;
-             std::shared_ptr<const GraphInterpreter> interpreter;
-             {
-               nb::gil_scoped_release release;
-               if (runner != nullptr) {
-                 prepared = runner->prepare(*graph.graph, input_shardings);
-               } else {
-                 interpreter = std::make_shared<const GraphInterpreter>(*graph.graph);
-               }
-             }
-             new (self) PyExecutable{graph, std::move(prepared), runner, std::move(interpreter)};
-           },
-           "graph"_a, "input_shardings"_a = std::vector<std::optional<Sharding>>{},
-           "input_shardings[i]: the layout input i will come in (None: open, propagation decides).")
-      .def("__call__",
-           [](const PyExecutable& e, std::vector<Tensor> inputs, std::shared_ptr<OpProfile> profile,
-              const std::vector<std::size_t>& donate) {
-             for (std::size_t position : donate) {
-               if (position >= inputs.size()) {
-                 throw Error(fmt::format("donate: position {} is past the {} input(s)", position, inputs.size()));
-               }
-               Tensor taken = shardflow::donate(inputs[position], "graph @" + e.graph.graph->name());
-               if (taken.defined()) inputs[position] = std::move(taken);  // the buffers' only holder now
-             }
-             nb::gil_scoped_release release;
-             const auto started = std::chrono::steady_clock::now();
-             std::vector<Tensor> outputs = e.call(std::move(inputs), profile.get());
-             if (profile) {
-               profile->add_function_call(
-                   std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
-             }
-             return outputs;
-           },
-           "inputs"_a, "profile"_a.none() = nb::none(), "donate"_a = std::vector<std::size_t>{},
-           "Runs the program; with a profile, each device adds its op times to it.\n"
-           "donate: positions of inputs whose buffers (shards, or value) move into the run (jax's\n"
-           "donate_argnums), so the program may update them in place (a KV cache written with index_copy);\n"
-           "those Tensors are used up, and any later use of them raises. Tensors viewing another library's\n"
-           "memory (from_dlpack) are left alone.")
+      .def(
+          "__init__",
+          [](PyExecutable* self, const PyGraph& graph, std::vector<std::optional<Sharding>> input_shardings) {
+            GraphRunner* runner = graph_runner();
+            std::shared_ptr<const PreparedGraph> prepared;
+            std::shared_ptr<const GraphInterpreter> interpreter;
+            {
+              nb::gil_scoped_release release;
+              if (runner != nullptr) {
+                prepared = runner->prepare(*graph.graph, input_shardings);
+              } else {
+                interpreter = std::make_shared<const GraphInterpreter>(*graph.graph);
+              }
+            }
+            new (self) PyExecutable{graph, std::move(prepared), runner, std::move(interpreter)};
+          },
+          "graph"_a, "input_shardings"_a = std::vector<std::optional<Sharding>>{},
+          "input_shardings[i]: the layout input i will come in (None: open, propagation decides).")
+      .def(
+          "__call__",
+          [](const PyExecutable& e, std::vector<Tensor> inputs, std::shared_ptr<OpProfile> profile,
+             const std::vector<std::size_t>& donate) {
+            for (std::size_t position : donate) {
+              if (position >= inputs.size()) {
+                throw Error(fmt::format("donate: position {} is past the {} input(s)", position, inputs.size()));
+              }
+              Tensor taken = shardflow::donate(inputs[position], "graph @" + e.graph.graph->name());
+              if (taken.defined()) inputs[position] = std::move(taken);  // the buffers' only holder now
+            }
+            nb::gil_scoped_release release;
+            const auto started = std::chrono::steady_clock::now();
+            std::vector<Tensor> outputs = e.call(std::move(inputs), profile.get());
+            if (profile) {
+              profile->add_function_call(
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+            }
+            return outputs;
+          },
+          "inputs"_a, "profile"_a.none() = nb::none(), "donate"_a = std::vector<std::size_t>{},
+          "Runs the program; with a profile, each device adds its op times to it.\n"
+          "donate: positions of inputs whose buffers (shards, or value) move into the run (jax's\n"
+          "donate_argnums), so the program may update them in place (a KV cache written with index_copy);\n"
+          "those Tensors are used up, and any later use of them raises. Tensors viewing another library's\n"
+          "memory (from_dlpack) are left alone.")
       .def_prop_ro("graph", [](const PyExecutable& e) { return e.graph; })
       .def_prop_ro("program_text", &PyExecutable::program_text,
                    "Every value's sharding, the per-device program and each collective with its reason.")
@@ -382,47 +402,53 @@ void bind_graph(nb::module_& m) {
       .def_ro("max_rel_diff", &CheckResult::max_rel_diff)
       .def_prop_ro("within_tolerance", &CheckResult::within);
   nb::class_<RunResult>(m, "RunResult")
-      .def_prop_ro("outputs", [](const RunResult& r) { return numpy_list(r.outputs); },
-                   "One NumPy array per graph output (global values).")
+      .def_prop_ro(
+          "outputs", [](const RunResult& r) { return numpy_list(r.outputs); },
+          "One NumPy array per graph output (global values).")
       .def_ro("check", &RunResult::check, "The comparison with one device, if asked for.");
-  m.def("run",
-        [](nb::handle target, std::optional<std::vector<InputArray>> inputs, int64_t seed, bool check,
-           PyRuntime* runtime) {
-          const PyProgram program = nb::isinstance<PyProgram>(target)
-                                        ? nb::cast<PyProgram>(target)
-                                        : partition(nb::cast<PyGraph>(target), std::nullopt);
-          return run(program, std::move(inputs), seed, check, runtime);
-        },
-        "program"_a, "inputs"_a.none() = nb::none(), "seed"_a = 0, "check"_a = false, "runtime"_a.none() = nb::none(),
-        nb::sig("def run(program: Program | Graph, inputs: typing.Sequence[typing.Any] | None = None, seed: int = 0, "
-                "check: bool = False, runtime: Runtime | None = None) -> RunResult"),
-        "Runs a partitioned program (or a graph, partitioned first) on the runtime (default: the innermost open "
-        "runtime with as many devices, else a temporary local one). Inputs default to random_inputs(seed). "
-        "check=True also runs the graph on one device and raises shardflow.Error naming the element furthest "
-        "over the tolerance (1e-4 * (1 + max |expected|); 4e-3 through f16, 2e-2 through bf16 values).");
+  m.def(
+      "run",
+      [](nb::handle target, std::optional<std::vector<InputArray>> inputs, int64_t seed, bool check,
+         PyRuntime* runtime) {
+        const PyProgram program = nb::isinstance<PyProgram>(target)
+                                      ? nb::cast<PyProgram>(target)
+                                      : partition(nb::cast<PyGraph>(target), std::nullopt);
+        return run(program, std::move(inputs), seed, check, runtime);
+      },
+      "program"_a, "inputs"_a.none() = nb::none(), "seed"_a = 0, "check"_a = false, "runtime"_a.none() = nb::none(),
+      nb::sig("def run(program: Program | Graph, inputs: typing.Sequence[typing.Any] | None = None, seed: int = 0, "
+              "check: bool = False, runtime: Runtime | None = None) -> RunResult"),
+      "Runs a partitioned program (or a graph, partitioned first) on the runtime (default: the innermost open "
+      "runtime with as many devices, else a temporary local one). Inputs default to random_inputs(seed). "
+      "check=True also runs the graph on one device and raises shardflow.Error naming the element furthest "
+      "over the tolerance (1e-4 * (1 + max |expected|); 4e-3 through f16, 2e-2 through bf16 values).");
 
   nb::class_<PyRuntime>(m, "Runtime",
                         "Devices that run one program each: threads in this process (local) or MPI ranks (mpi).\n"
                         "While it is open, compile() partitions for its devices and eager ops on sharded tensors\n"
                         "run SPMD. Use it in a `with` block, or close() it; runtimes end in reverse order.")
-      .def_static("local", [](int64_t n) { return new PyRuntime(Runtime::local(n)); }, "num_devices"_a,
-                  "num_devices in-process devices, one thread each.")
-      .def_static("mpi",
-                  [](double collective_timeout_s) {
-                    MpiOptions options;
-                    options.collective_timeout_s = collective_timeout_s;
-                    return new PyRuntime(Runtime::mpi(options));
-                  },
-                  "collective_timeout_s"_a = 300.0,
-                  "One device per MPI rank (launch with mpirun); every rank runs the same program.")
+      .def_static(
+          "local", [](int64_t n) { return new PyRuntime(Runtime::local(n)); }, "num_devices"_a,
+          "num_devices in-process devices, one thread each.")
+      .def_static(
+          "mpi",
+          [](double collective_timeout_s) {
+            MpiOptions options;
+            options.collective_timeout_s = collective_timeout_s;
+            return new PyRuntime(Runtime::mpi(options));
+          },
+          "collective_timeout_s"_a = 300.0,
+          "One device per MPI rank (launch with mpirun); every rank runs the same program.")
       .def_prop_ro("num_devices", [](PyRuntime& r) { return r.get().num_devices(); })
       .def_prop_ro("process_index", [](PyRuntime& r) { return r.get().process_index(); })
       .def_prop_ro("process_count", [](PyRuntime& r) { return r.get().process_count(); })
       .def_prop_ro("closed", [](const PyRuntime& r) { return !r.runtime.has_value(); })
       .def("close", &PyRuntime::close)
-      .def("__enter__", [](PyRuntime& r) -> PyRuntime& { return r; }, nb::rv_policy::reference)
-      .def("__exit__", [](PyRuntime& r, nb::handle, nb::handle, nb::handle) { r.close(); }, nb::arg().none(),
-           nb::arg().none(), nb::arg().none())
+      .def(
+          "__enter__", [](PyRuntime& r) -> PyRuntime& { return r; }, nb::rv_policy::reference)
+      .def(
+          "__exit__", [](PyRuntime& r, nb::handle, nb::handle, nb::handle) { r.close(); }, nb::arg().none(),
+          nb::arg().none(), nb::arg().none())
       .def("__repr__", [](const PyRuntime& r) {
         if (!r.runtime) return std::string("Runtime(closed)");
         return fmt::format("Runtime({} devices, process {} of {})", r.runtime->num_devices(),

@@ -34,17 +34,18 @@ static std::map<std::string, PartitionSpec> specs_of(nb::handle mapping, const c
 
 static void bind_config(nb::module_& m) {
   nb::class_<Config>(m, "Config", "A LLaMA 2 shape: Config.named('stories15M'), or Config(dim=..., ...).")
-      .def("__init__",
-           [](Config* self, const std::string& name, int64_t dim, int64_t hidden_dim, int64_t n_layers, int64_t n_heads,
-              std::optional<int64_t> n_kv_heads, int64_t vocab_size, int64_t seq_len, bool shared_classifier,
-              double norm_eps, double rope_theta) {
-             new (self) Config{name, dim, hidden_dim, n_layers, n_heads, n_kv_heads.value_or(n_heads), vocab_size,
-                               seq_len, shared_classifier, norm_eps, rope_theta};
-             self->validate();
-           },
-           nb::kw_only(), "name"_a = "custom", "dim"_a, "hidden_dim"_a, "n_layers"_a, "n_heads"_a,
-           "n_kv_heads"_a.none() = nb::none(), "vocab_size"_a, "seq_len"_a, "shared_classifier"_a = true,
-           "norm_eps"_a = 1e-5, "rope_theta"_a = 10000.0)
+      .def(
+          "__init__",
+          [](Config* self, const std::string& name, int64_t dim, int64_t hidden_dim, int64_t n_layers, int64_t n_heads,
+             std::optional<int64_t> n_kv_heads, int64_t vocab_size, int64_t seq_len, bool shared_classifier,
+             double norm_eps, double rope_theta) {
+            new (self) Config{name,       dim,     hidden_dim,        n_layers, n_heads,   n_kv_heads.value_or(n_heads),
+                              vocab_size, seq_len, shared_classifier, norm_eps, rope_theta};
+            self->validate();
+          },
+          nb::kw_only(), "name"_a = "custom", "dim"_a, "hidden_dim"_a, "n_layers"_a, "n_heads"_a,
+          "n_kv_heads"_a.none() = nb::none(), "vocab_size"_a, "seq_len"_a, "shared_classifier"_a = true,
+          "norm_eps"_a = 1e-5, "rope_theta"_a = 10000.0)
       .def_static("named", &Config::named, "name"_a, "tiny, stories15M, stories110M or 7B.")
       .def_static("names", &Config::names)
       .def_rw("name", &Config::name)
@@ -97,52 +98,60 @@ static void bind_plan(nb::module_& m) {
                            "Where each parameter and annotated activation lives on the mesh, as data.\n\n"
                            "Parameter roles: tok_embeddings, attention_norm, wq, wk, wv, wo, ffn_norm, w1, w2, w3,\n"
                            "norm, output. Activation roles: tokens, kv_cache, block_output, logits.")
-      .def("__init__",
-           [](ShardingPlan* self, std::shared_ptr<Mesh> mesh, nb::handle params, nb::handle activations) {
-             new (self) ShardingPlan{std::move(mesh), specs_of(params, "params"), specs_of(activations, "activations")};
-             self->check();
-           },
-           "mesh"_a, "params"_a, "activations"_a.none() = nb::none())
-      .def_static("megatron", [](std::shared_ptr<Mesh> mesh) { return ShardingPlan::megatron(std::move(mesh)); },
-                  "mesh"_a,
-                  "Batch over 'data', heads and the MLP hidden dim over 'model', weights' other dim over 'fsdp', "
-                  "block outputs annotated ('data', 'fsdp', 'model').")
+      .def(
+          "__init__",
+          [](ShardingPlan* self, std::shared_ptr<Mesh> mesh, nb::handle params, nb::handle activations) {
+            new (self) ShardingPlan{std::move(mesh), specs_of(params, "params"), specs_of(activations, "activations")};
+            self->check();
+          },
+          "mesh"_a, "params"_a, "activations"_a.none() = nb::none())
+      .def_static(
+          "megatron", [](std::shared_ptr<Mesh> mesh) { return ShardingPlan::megatron(std::move(mesh)); }, "mesh"_a,
+          "Batch over 'data', heads and the MLP hidden dim over 'model', weights' other dim over 'fsdp', "
+          "block outputs annotated ('data', 'fsdp', 'model').")
       .def_prop_ro("mesh", [](const ShardingPlan& p) { return python_mesh(p.mesh); })
-      .def_prop_ro("params", [](const ShardingPlan& p) { return p.params; }, "role -> PartitionSpec (a copy)")
-      .def_prop_ro("activations", [](const ShardingPlan& p) { return p.activations; }, "role -> PartitionSpec (a copy)")
-      .def("with_param",
-           [](const ShardingPlan& p, const std::string& role, nb::handle spec) {
-             ShardingPlan copy = p;
-             copy.params[role] = partition_spec_of(spec);
-             copy.check();
-             return copy;
-           },
-           "role"_a, "spec"_a, "A copy of the plan with one parameter's spec replaced.")
-      .def("with_activation",
-           [](const ShardingPlan& p, const std::string& role, nb::handle spec) {
-             ShardingPlan copy = p;
-             if (spec.is_none()) copy.activations.erase(role);
-             else copy.activations[role] = partition_spec_of(spec);
-             copy.check();
-             return copy;
-           },
-           "role"_a, "spec"_a.none(), "A copy with one activation annotated as given (None: not annotated).")
+      .def_prop_ro(
+          "params", [](const ShardingPlan& p) { return p.params; }, "role -> PartitionSpec (a copy)")
+      .def_prop_ro(
+          "activations", [](const ShardingPlan& p) { return p.activations; }, "role -> PartitionSpec (a copy)")
+      .def(
+          "with_param",
+          [](const ShardingPlan& p, const std::string& role, nb::handle spec) {
+            ShardingPlan copy = p;
+            copy.params[role] = partition_spec_of(spec);
+            copy.check();
+            return copy;
+          },
+          "role"_a, "spec"_a, "A copy of the plan with one parameter's spec replaced.")
+      .def(
+          "with_activation",
+          [](const ShardingPlan& p, const std::string& role, nb::handle spec) {
+            ShardingPlan copy = p;
+            if (spec.is_none())
+              copy.activations.erase(role);
+            else
+              copy.activations[role] = partition_spec_of(spec);
+            copy.check();
+            return copy;
+          },
+          "role"_a, "spec"_a.none(), "A copy with one activation annotated as given (None: not annotated).")
       .def("__str__", &ShardingPlan::to_string);
 }
 
 static void bind_model(nb::module_& m) {
   nb::class_<Generation>(m, "Generation")
       .def_ro("tokens", &Generation::tokens, "The generated tokens, one list per batch row.")
-      .def_prop_ro("logits",
-                   [](const Generation& g) {
-                     nb::list steps;
-                     for (const std::vector<float>& step : g.logits) {
-                       nb::object array = nb::module_::import_("numpy").attr("array")(nb::cast(step), "float32");
-                       steps.append(array);
-                     }
-                     return steps;
-                   },
-                   "Per step, the logits [batch * vocab] (keep_logits=True).")
+      .def_prop_ro(
+          "logits",
+          [](const Generation& g) {
+            nb::list steps;
+            for (const std::vector<float>& step : g.logits) {
+              nb::object array = nb::module_::import_("numpy").attr("array")(nb::cast(step), "float32");
+              steps.append(array);
+            }
+            return steps;
+          },
+          "Per step, the logits [batch * vocab] (keep_logits=True).")
       .def_ro("prefill_seconds", &Generation::prefill_seconds, "Includes tracing and partitioning.")
       .def_ro("decode_seconds", &Generation::decode_seconds)
       .def_ro("prompt_tokens", &Generation::prompt_tokens);
@@ -158,28 +167,31 @@ static void bind_model(nb::module_& m) {
            "The collectives of one decode step (after the first decode), each with its reason.")
       .def_prop_ro("prefill_stats", [](const Model& model) { return stats_dict(model.prefill_stats()); })
       .def_prop_ro("decode_stats", [](const Model& model) { return stats_dict(model.decode_stats()); });
-  m.def("generate",
-        [](Model& model, const std::vector<std::vector<int64_t>>& prompts, int64_t steps, double temperature,
-           double top_p, uint64_t seed, bool keep_logits) {
-          SamplingOptions options;
-          options.steps = steps;
-          options.temperature = temperature;
-          options.top_p = top_p;
-          options.seed = seed;
-          options.keep_logits = keep_logits;
-          nb::gil_scoped_release release;
-          return generate(model, prompts, options);
-        },
-        "model"_a, "prompts"_a, "steps"_a = 16, "temperature"_a = 0.0, "top_p"_a = 0.9, "seed"_a = 0,
-        "keep_logits"_a = false,
-        "Greedy (temperature 0) or nucleus sampling; one prompt (token ids) per batch row, all of one length.");
+  m.def(
+      "generate",
+      [](Model& model, const std::vector<std::vector<int64_t>>& prompts, int64_t steps, double temperature,
+         double top_p, uint64_t seed, bool keep_logits) {
+        SamplingOptions options;
+        options.steps = steps;
+        options.temperature = temperature;
+        options.top_p = top_p;
+        options.seed = seed;
+        options.keep_logits = keep_logits;
+        nb::gil_scoped_release release;
+        return generate(model, prompts, options);
+      },
+      "model"_a, "prompts"_a, "steps"_a = 16, "temperature"_a = 0.0, "top_p"_a = 0.9, "seed"_a = 0,
+      "keep_logits"_a = false,
+      "Greedy (temperature 0) or nucleus sampling; one prompt (token ids) per batch row, all of one length.");
 
-  nb::class_<Tokenizer>(m, "Tokenizer", "llama2.c's tokenizer.bin or a Hugging Face tokenizer.json (sentencepiece BPE).")
+  nb::class_<Tokenizer>(m, "Tokenizer",
+                        "llama2.c's tokenizer.bin or a Hugging Face tokenizer.json (sentencepiece BPE).")
       .def_static("load", &Tokenizer::load_any, "path"_a, "vocab_size"_a,
                   "tokenizer.bin, tokenizer.json, or a directory holding one.")
       .def_prop_ro("vocab_size", &Tokenizer::vocab_size)
       .def("encode", &Tokenizer::encode, "text"_a, "bos"_a = true, "eos"_a = false)
-      .def("decode", [](const Tokenizer& t, const std::vector<int64_t>& tokens) { return t.decode(tokens); }, "tokens"_a)
+      .def(
+          "decode", [](const Tokenizer& t, const std::vector<int64_t>& tokens) { return t.decode(tokens); }, "tokens"_a)
       .def("token", &Tokenizer::token, "id"_a);
 }
 

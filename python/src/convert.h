@@ -12,8 +12,8 @@
 
 #include "shardflow/base/python_literal.h"
 #include "shardflow/sharding/mesh.h"
-#include "shardflow/trace/compile.h"
 #include "shardflow/sharding/partition_spec.h"
+#include "shardflow/trace/compile.h"
 
 namespace shardflow::python {
 

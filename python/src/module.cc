@@ -26,8 +26,7 @@ NB_MODULE(_core, m) {
       PyExc_RuntimeError, nullptr);
   static PyObject* invalid_sharding = PyErr_NewExceptionWithDoc(
       "shardflow.InvalidShardingError", "An invalid mesh or partition spec (PyTorch/XLA's message).",
-      nb::make_tuple(nb::handle(error), nb::handle(PyExc_ValueError), nb::handle(PyExc_AssertionError)).ptr(),
-      nullptr);
+      nb::make_tuple(nb::handle(error), nb::handle(PyExc_ValueError), nb::handle(PyExc_AssertionError)).ptr(), nullptr);
   m.attr("Error") = nb::handle(error);
   m.attr("InvalidShardingError") = nb::handle(invalid_sharding);
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {

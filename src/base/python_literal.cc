@@ -6,8 +6,8 @@
 
 #include <cassert>
 #include <charconv>
-#include <cstdlib>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
 #include "shardflow/base/error.h"
@@ -106,14 +106,22 @@ const PyValue* PyValue::find(std::string_view key) const {
 
 std::string_view PyValue::type_name() const {
   switch (kind_) {
-    case Kind::kNone: return "NoneType";
-    case Kind::kBool: return "bool";
-    case Kind::kInt: return "int";
-    case Kind::kFloat: return "float";
-    case Kind::kString: return "str";
-    case Kind::kTuple: return "tuple";
-    case Kind::kList: return "list";
-    case Kind::kDict: return "dict";
+    case Kind::kNone:
+      return "NoneType";
+    case Kind::kBool:
+      return "bool";
+    case Kind::kInt:
+      return "int";
+    case Kind::kFloat:
+      return "float";
+    case Kind::kString:
+      return "str";
+    case Kind::kTuple:
+      return "tuple";
+    case Kind::kList:
+      return "list";
+    case Kind::kDict:
+      return "dict";
   }
   return "?";
 }
@@ -129,11 +137,16 @@ static std::string float_repr(double value) {
 
 std::string PyValue::repr() const {
   switch (kind_) {
-    case Kind::kNone: return "None";
-    case Kind::kBool: return bool_ ? "True" : "False";
-    case Kind::kInt: return std::to_string(int_);
-    case Kind::kFloat: return float_repr(float_);
-    case Kind::kString: return python_repr(string_);
+    case Kind::kNone:
+      return "None";
+    case Kind::kBool:
+      return bool_ ? "True" : "False";
+    case Kind::kInt:
+      return std::to_string(int_);
+    case Kind::kFloat:
+      return float_repr(float_);
+    case Kind::kString:
+      return python_repr(string_);
     case Kind::kTuple:
     case Kind::kList: {
       const bool is_tuple = kind_ == Kind::kTuple;
@@ -161,14 +174,21 @@ std::string PyValue::repr() const {
 bool operator==(const PyValue& a, const PyValue& b) {
   if (a.kind_ != b.kind_) return false;
   switch (a.kind_) {
-    case PyValue::Kind::kNone: return true;
-    case PyValue::Kind::kBool: return a.bool_ == b.bool_;
-    case PyValue::Kind::kInt: return a.int_ == b.int_;
-    case PyValue::Kind::kFloat: return a.float_ == b.float_;
-    case PyValue::Kind::kString: return a.string_ == b.string_;
+    case PyValue::Kind::kNone:
+      return true;
+    case PyValue::Kind::kBool:
+      return a.bool_ == b.bool_;
+    case PyValue::Kind::kInt:
+      return a.int_ == b.int_;
+    case PyValue::Kind::kFloat:
+      return a.float_ == b.float_;
+    case PyValue::Kind::kString:
+      return a.string_ == b.string_;
     case PyValue::Kind::kTuple:
-    case PyValue::Kind::kList: return a.items_ == b.items_;
-    case PyValue::Kind::kDict: return a.entries_ == b.entries_;
+    case PyValue::Kind::kList:
+      return a.items_ == b.items_;
+    case PyValue::Kind::kDict:
+      return a.entries_ == b.entries_;
   }
   return false;
 }
@@ -236,13 +256,12 @@ class LiteralParser {
       std::string quoted = quote_for_message(text_.substr(pos, 1));
       found = "'" + quoted.substr(1, quoted.size() - 2) + "'";
     }
-    throw Error(fmt::format("invalid Python literal {} at column {}: expected {}, found {}",
-                            quote_for_message(text_), pos + 1, expected, found));
+    throw Error(fmt::format("invalid Python literal {} at column {}: expected {}, found {}", quote_for_message(text_),
+                            pos + 1, expected, found));
   }
 
   [[noreturn]] void fail_message(std::size_t pos, std::string_view message) const {
-    throw Error(fmt::format("invalid Python literal {} at column {}: {}",
-                            quote_for_message(text_), pos + 1, message));
+    throw Error(fmt::format("invalid Python literal {} at column {}: {}", quote_for_message(text_), pos + 1, message));
   }
 
   PyValue parse_value(int depth) {
@@ -262,9 +281,7 @@ class LiteralParser {
   }
 
   static bool is_digit(char c) { return c >= '0' && c <= '9'; }
-  static bool is_identifier_start(char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
-  }
+  static bool is_identifier_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 
   PyValue parse_name() {
     const std::size_t start = pos_;
@@ -302,8 +319,8 @@ class LiteralParser {
       const std::size_t run_start = pos_;
       while (!at_end() && (is_digit(peek()) || peek() == '_')) {
         if (peek() == '_') {
-          const bool between_digits = pos_ > run_start && is_digit(text_[pos_ - 1]) &&
-                                      pos_ + 1 < text_.size() && is_digit(text_[pos_ + 1]);
+          const bool between_digits =
+              pos_ > run_start && is_digit(text_[pos_ - 1]) && pos_ + 1 < text_.size() && is_digit(text_[pos_ + 1]);
           if (!between_digits) fail_message(pos_, "'_' must separate two digits in a number");
         } else {
           digits += peek();
@@ -372,14 +389,13 @@ class LiteralParser {
   int64_t to_int(const std::string& digits, int radix, std::size_t start, bool negative) const {
     // Parse the magnitude unsigned so that -9223372036854775808 fits.
     uint64_t magnitude = 0;
-    const auto [end, ec] =
-        std::from_chars(digits.data(), digits.data() + digits.size(), magnitude, radix);
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), magnitude, radix);
     const uint64_t limit = negative ? uint64_t{1} << 63 : (uint64_t{1} << 63) - 1;
     if (ec != std::errc() || end != digits.data() + digits.size() || magnitude > limit) {
       fail_message(start, "integer literal out of the 64-bit range");
     }
-    if (negative) return magnitude == (uint64_t{1} << 63) ? std::numeric_limits<int64_t>::min()
-                                                          : -static_cast<int64_t>(magnitude);
+    if (negative)
+      return magnitude == (uint64_t{1} << 63) ? std::numeric_limits<int64_t>::min() : -static_cast<int64_t>(magnitude);
     return static_cast<int64_t>(magnitude);
   }
 
@@ -387,7 +403,8 @@ class LiteralParser {
   // quote at the current position, in lower case; "" if there is none.
   std::string string_prefix() const {
     std::size_t n = 0;
-    while (pos_ + n < text_.size() && n < 2 && std::string_view("rRuUbBfF").find(text_[pos_ + n]) != std::string_view::npos) {
+    while (pos_ + n < text_.size() && n < 2 &&
+           std::string_view("rRuUbBfF").find(text_[pos_ + n]) != std::string_view::npos) {
       ++n;
     }
     if (n == 0 || pos_ + n >= text_.size() || (text_[pos_ + n] != '\'' && text_[pos_ + n] != '"')) return "";
@@ -452,24 +469,53 @@ class LiteralParser {
     const std::size_t escape_pos = pos_ - 1;
     const char c = text_[pos_++];
     switch (c) {
-      case '\n': return;  // line continuation
-      case '\\': out += '\\'; return;
-      case '\'': out += '\''; return;
-      case '"': out += '"'; return;
-      case 'a': out += '\a'; return;
-      case 'b': out += '\b'; return;
-      case 'f': out += '\f'; return;
-      case 'n': out += '\n'; return;
-      case 'r': out += '\r'; return;
-      case 't': out += '\t'; return;
-      case 'v': out += '\v'; return;
-      case 'x': append_code_point(out, read_hex(2, escape_pos), escape_pos); return;
-      case 'u': append_code_point(out, read_hex(4, escape_pos), escape_pos); return;
-      case 'U': append_code_point(out, read_hex(8, escape_pos), escape_pos); return;
+      case '\n':
+        return;  // line continuation
+      case '\\':
+        out += '\\';
+        return;
+      case '\'':
+        out += '\'';
+        return;
+      case '"':
+        out += '"';
+        return;
+      case 'a':
+        out += '\a';
+        return;
+      case 'b':
+        out += '\b';
+        return;
+      case 'f':
+        out += '\f';
+        return;
+      case 'n':
+        out += '\n';
+        return;
+      case 'r':
+        out += '\r';
+        return;
+      case 't':
+        out += '\t';
+        return;
+      case 'v':
+        out += '\v';
+        return;
+      case 'x':
+        append_code_point(out, read_hex(2, escape_pos), escape_pos);
+        return;
+      case 'u':
+        append_code_point(out, read_hex(4, escape_pos), escape_pos);
+        return;
+      case 'U':
+        append_code_point(out, read_hex(8, escape_pos), escape_pos);
+        return;
       case 'N':  // Python looks the name up in the Unicode database
-        fail_message(escape_pos, "\\N{...} escapes (Unicode character names) are not supported; write the "
-                                 "character itself or a \\u escape");
-      default: break;
+        fail_message(escape_pos,
+                     "\\N{...} escapes (Unicode character names) are not supported; write the "
+                     "character itself or a \\u escape");
+      default:
+        break;
     }
     if (c >= '0' && c <= '7') {
       uint32_t code = static_cast<uint32_t>(c - '0');
@@ -582,8 +628,7 @@ class LiteralParser {
       const std::size_t key_pos = pos_;
       PyValue key = parse_value(depth + 1);
       if (key.kind() == PyValue::Kind::kList || key.kind() == PyValue::Kind::kDict) {
-        fail_message(key_pos, fmt::format("unhashable type: '{}' cannot be a dict key",
-                                          key.type_name()));
+        fail_message(key_pos, fmt::format("unhashable type: '{}' cannot be a dict key", key.type_name()));
       }
       skip_space();
       if (peek() != ':') fail("':' after a dict key (set literals are not supported)");
@@ -616,8 +661,6 @@ class LiteralParser {
 
 }  // namespace
 
-PyValue parse_python_literal(std::string_view text) {
-  return LiteralParser(text).parse_top_level();
-}
+PyValue parse_python_literal(std::string_view text) { return LiteralParser(text).parse_top_level(); }
 
 }  // namespace shardflow

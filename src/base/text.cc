@@ -45,19 +45,16 @@ static bool is_printable(uint32_t code) {
     uint32_t first, last;
   };
   static constexpr Range kNotPrintable[] = {
-      {0x80, 0xA0},       {0xAD, 0xAD},       {0x600, 0x605},     {0x61C, 0x61C},
-      {0x6DD, 0x6DD},     {0x70F, 0x70F},     {0x1680, 0x1680},   {0x180E, 0x180E},
-      {0x2000, 0x200F},   {0x2028, 0x202F},   {0x205F, 0x2064},   {0x2066, 0x206F},
-      {0x3000, 0x3000},   {0xE000, 0xF8FF},   {0xFEFF, 0xFEFF},   {0xFFF9, 0xFFFB},
-      {0xF0000, 0x10FFFF}};
+      {0x80, 0xA0},     {0xAD, 0xAD},     {0x600, 0x605},   {0x61C, 0x61C},   {0x6DD, 0x6DD},     {0x70F, 0x70F},
+      {0x1680, 0x1680}, {0x180E, 0x180E}, {0x2000, 0x200F}, {0x2028, 0x202F}, {0x205F, 0x2064},   {0x2066, 0x206F},
+      {0x3000, 0x3000}, {0xE000, 0xF8FF}, {0xFEFF, 0xFEFF}, {0xFFF9, 0xFFFB}, {0xF0000, 0x10FFFF}};
   for (const Range& range : kNotPrintable) {
     if (code >= range.first && code <= range.last) return false;
   }
   return true;
 }
 
-static void append_escaped(std::string& out, std::string_view text, std::size_t max_bytes,
-                           char quote) {
+static void append_escaped(std::string& out, std::string_view text, std::size_t max_bytes, char quote) {
   for (std::size_t i = 0; i < text.size() && i < max_bytes; ++i) {
     const auto c = static_cast<unsigned char>(text[i]);
     if (c == '\\' || c == static_cast<unsigned char>(quote)) {

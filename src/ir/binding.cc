@@ -42,8 +42,7 @@ struct BindFailure {
 
 class Binder {
  public:
-  Binder(const OpDef& op, std::span<const TensorType> tensor_types)
-      : schema_(op.schema), tensor_types_(tensor_types) {}
+  Binder(const OpDef& op, std::span<const TensorType> tensor_types) : schema_(op.schema), tensor_types_(tensor_types) {}
 
   // Binds or returns the failure.
   std::variant<OpArgs, BindFailure> bind(std::span<const CallArg> args) {
@@ -55,11 +54,12 @@ class Binder {
       if (positional >= params.size() || params[positional].keyword_only) {
         std::size_t max_positional = 0;
         while (max_positional < params.size() && !params[max_positional].keyword_only) ++max_positional;
-        const auto given = static_cast<std::size_t>(std::count_if(
-            args.begin(), args.end(), [](const CallArg& a) { return a.keyword.empty(); }));
-        return fail(fmt::format("{}() expected at most {} argument(s) but received {} argument(s). "
-                                "Declaration: {}", schema_.qualified_name(), max_positional, given,
-                                schema_.to_string()));
+        const auto given = static_cast<std::size_t>(
+            std::count_if(args.begin(), args.end(), [](const CallArg& a) { return a.keyword.empty(); }));
+        return fail(
+            fmt::format("{}() expected at most {} argument(s) but received {} argument(s). "
+                        "Declaration: {}",
+                        schema_.qualified_name(), max_positional, given, schema_.to_string()));
       }
       BoundArg bound;
       if (auto failure = check(positional, arg, bound)) return *failure;
@@ -73,8 +73,8 @@ class Binder {
                                 schema_.qualified_name(), arg.keyword, schema_.to_string()));
       }
       if (slots[static_cast<std::size_t>(index)]) {
-        return fail(fmt::format("{}() got multiple values for argument '{}'. Declaration: {}",
-                                schema_.qualified_name(), arg.keyword, schema_.to_string()));
+        return fail(fmt::format("{}() got multiple values for argument '{}'. Declaration: {}", schema_.qualified_name(),
+                                arg.keyword, schema_.to_string()));
       }
       BoundArg bound;
       if (auto failure = check(static_cast<std::size_t>(index), arg, bound)) return *failure;
@@ -84,8 +84,8 @@ class Binder {
     for (std::size_t i = 0; i < params.size(); ++i) {
       if (!slots[i]) {
         if (!params[i].default_value) {
-          return fail(fmt::format("{}() is missing value for argument '{}'. Declaration: {}",
-                                  schema_.qualified_name(), params[i].name, schema_.to_string()));
+          return fail(fmt::format("{}() is missing value for argument '{}'. Declaration: {}", schema_.qualified_name(),
+                                  params[i].name, schema_.to_string()));
         }
         BoundArg default_arg;
         default_arg.constant = default_for(params[i]);
@@ -116,25 +116,25 @@ class Binder {
     for (std::size_t i = 0; i < arg.tensors.size(); ++i) {
       const auto index = static_cast<std::size_t>(arg.tensors[i]);
       out += i > 0 ? ", " : "";
-      out += index < tensor_types_.size() ? "Tensor(" + tensor_types_[index].to_string() + ")"
-                                          : "Tensor";
+      out += index < tensor_types_.size() ? "Tensor(" + tensor_types_[index].to_string() + ")" : "Tensor";
     }
     return arg.kind == CallArg::Kind::kTensorList ? "[" + out + "]" : out;
   }
 
-  std::optional<BindFailure> mismatch(std::size_t position, const CallArg& arg,
-                                      std::string found, std::string value) const {
+  std::optional<BindFailure> mismatch(std::size_t position, const CallArg& arg, std::string found,
+                                      std::string value) const {
     const SchemaArgument& param = schema_.arguments()[position];
     std::string what = fmt::format("but instead found type '{}'", found);
     if (!arg.traced_origin.empty()) {
-      what += " whose values depend on the inputs of the compiled function, so they are not "
-              "known while tracing";
+      what +=
+          " whose values depend on the inputs of the compiled function, so they are not "
+          "known while tracing";
       value = arg.traced_origin;
     }
-    return fail(fmt::format("{}() Expected a value of type '{}' for argument '{}' {}.\n"
-                            "Position: {}\nValue: {}\nDeclaration: {}",
-                            schema_.qualified_name(), param.type.python_name(), param.name, what,
-                            position, value, schema_.to_string()));
+    return fail(fmt::format(
+        "{}() Expected a value of type '{}' for argument '{}' {}.\n"
+        "Position: {}\nValue: {}\nDeclaration: {}",
+        schema_.qualified_name(), param.type.python_name(), param.name, what, position, value, schema_.to_string()));
   }
 
   // Checks `arg` against parameter `position`; fills `bound`.
@@ -157,19 +157,17 @@ class Binder {
       if (arg.kind == CallArg::Kind::kConstant) {
         return mismatch(position, arg, arg.constant.type_name(), arg.constant.repr());
       }
-      return mismatch(position, arg, arg.kind == CallArg::Kind::kTensor ? "Tensor" : "List[Tensor]",
-                      tensor_repr(arg));
+      return mismatch(position, arg, arg.kind == CallArg::Kind::kTensor ? "Tensor" : "List[Tensor]", tensor_repr(arg));
     }
     if (arg.kind != CallArg::Kind::kConstant) {
       // A tensor with known integer values stands for an int list.
-      const bool int_list = type.is_list && (type.kind == SchemaType::Kind::kInt ||
-                                             type.kind == SchemaType::Kind::kSymInt);
+      const bool int_list =
+          type.is_list && (type.kind == SchemaType::Kind::kInt || type.kind == SchemaType::Kind::kSymInt);
       if (int_list && arg.kind == CallArg::Kind::kTensor && arg.known_int_values) {
         bound.constant = Constant(*arg.known_int_values);
         return std::nullopt;
       }
-      return mismatch(position, arg, arg.kind == CallArg::Kind::kTensor ? "Tensor" : "List[Tensor]",
-                      tensor_repr(arg));
+      return mismatch(position, arg, arg.kind == CallArg::Kind::kTensor ? "Tensor" : "List[Tensor]", tensor_repr(arg));
     }
     std::optional<Constant> converted = convert(type, arg.constant);
     if (!converted) return mismatch(position, arg, arg.constant.type_name(), arg.constant.repr());
@@ -201,27 +199,33 @@ class Binder {
             return Constant(std::vector<double>(value.as_int_list().begin(), value.as_int_list().end()));
           }
           return std::nullopt;
-        default: return std::nullopt;
+        default:
+          return std::nullopt;
       }
     }
     switch (type.kind) {
       case SchemaType::Kind::kInt:
-      case SchemaType::Kind::kSymInt: return kind == K::kInt ? std::optional<Constant>(value) : std::nullopt;
+      case SchemaType::Kind::kSymInt:
+        return kind == K::kInt ? std::optional<Constant>(value) : std::nullopt;
       case SchemaType::Kind::kFloat:
         if (kind == K::kFloat) return value;
         if (kind == K::kInt) return Constant(static_cast<double>(value.as_int()));
         return std::nullopt;
-      case SchemaType::Kind::kBool: return kind == K::kBool ? std::optional<Constant>(value) : std::nullopt;
-      case SchemaType::Kind::kStr: return kind == K::kString ? std::optional<Constant>(value) : std::nullopt;
+      case SchemaType::Kind::kBool:
+        return kind == K::kBool ? std::optional<Constant>(value) : std::nullopt;
+      case SchemaType::Kind::kStr:
+        return kind == K::kString ? std::optional<Constant>(value) : std::nullopt;
       case SchemaType::Kind::kScalar:
         if (kind == K::kInt || kind == K::kFloat || kind == K::kBool) return value;
         return std::nullopt;
-      case SchemaType::Kind::kScalarType: return kind == K::kDType ? std::optional<Constant>(value) : std::nullopt;
+      case SchemaType::Kind::kScalarType:
+        return kind == K::kDType ? std::optional<Constant>(value) : std::nullopt;
       case SchemaType::Kind::kTensor:
       case SchemaType::Kind::kLayout:
       case SchemaType::Kind::kDevice:
       case SchemaType::Kind::kMemoryFormat:
-      case SchemaType::Kind::kGenerator: return std::nullopt;  // only None, handled above
+      case SchemaType::Kind::kGenerator:
+        return std::nullopt;  // only None, handled above
     }
     return std::nullopt;
   }
@@ -232,8 +236,7 @@ class Binder {
 
 }  // namespace
 
-OpArgs bind_arguments(const OpDef& op, std::span<const CallArg> args,
-                      std::span<const TensorType> tensor_types) {
+OpArgs bind_arguments(const OpDef& op, std::span<const CallArg> args, std::span<const TensorType> tensor_types) {
   auto result = Binder(op, tensor_types).bind(args);
   if (auto* failure = std::get_if<BindFailure>(&result)) throw Error(failure->message);
   return std::get<OpArgs>(std::move(result));

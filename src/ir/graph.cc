@@ -14,9 +14,7 @@ int64_t TensorType::nbytes() const {
   return bytes;
 }
 
-std::string TensorType::to_string() const {
-  return std::string(dtype_name(dtype)) + shape_to_string(shape);
-}
+std::string TensorType::to_string() const { return std::string(dtype_name(dtype)) + shape_to_string(shape); }
 
 std::vector<NodeArg> node_args_of(const OpArgs& bound, std::span<Value* const> tensors) {
   std::vector<NodeArg> args;
@@ -91,8 +89,8 @@ Value* Graph::add_input(TensorType type, std::string name) {
   return value;
 }
 
-Node* Graph::add_node(const OpDef& op, std::vector<NodeArg> args,
-                      std::vector<TensorType> output_types, std::vector<std::string> output_names) {
+Node* Graph::add_node(const OpDef& op, std::vector<NodeArg> args, std::vector<TensorType> output_types,
+                      std::vector<std::string> output_names) {
   auto node = std::make_unique<Node>();
   node->op_ = &op;
   node->args_ = std::move(args);

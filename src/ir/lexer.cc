@@ -8,13 +8,10 @@
 
 namespace shardflow::ir_detail {
 
-Lexer::Lexer(std::string_view text, bool report_newlines)
-    : text_(text), report_newlines_(report_newlines) {}
+Lexer::Lexer(std::string_view text, bool report_newlines) : text_(text), report_newlines_(report_newlines) {}
 
 static bool is_digit(char c) { return c >= '0' && c <= '9'; }
-static bool is_identifier_start(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
-}
+static bool is_identifier_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 
 void Lexer::skip_space() {
   while (pos_ < text_.size()) {
@@ -58,9 +55,7 @@ Token Lexer::next() {
     line_start_ = pos_;
     return token;
   }
-  const auto peek = [&](std::size_t offset) {
-    return pos_ + offset < text_.size() ? text_[pos_ + offset] : '\0';
-  };
+  const auto peek = [&](std::size_t offset) { return pos_ + offset < text_.size() ? text_[pos_ + offset] : '\0'; };
   if (c == '-' && peek(1) == '>') {
     pos_ += 2;
     return make(TokenKind::kArrow, start, line, column);
@@ -122,8 +117,7 @@ Token Lexer::lex_number(std::size_t start, int line, int column) {
     token.float_value = std::strtod(token.text.c_str(), &end);
     if (end != token.text.c_str() + token.text.size()) token.kind = TokenKind::kInvalid;
   } else {
-    const auto [end, ec] = std::from_chars(token.text.data(), token.text.data() + token.text.size(),
-                                           token.int_value);
+    const auto [end, ec] = std::from_chars(token.text.data(), token.text.data() + token.text.size(), token.int_value);
     if (ec != std::errc() || end != token.text.data() + token.text.size()) {
       token.kind = TokenKind::kInvalid;  // out of the 64-bit range
     }
@@ -139,15 +133,25 @@ Token Lexer::lex_string(std::size_t start, int line, int column) {
     if (c == '\\' && pos_ < text_.size()) {
       const char e = text_[pos_++];
       switch (e) {
-        case 'n': c = '\n'; break;
-        case 't': c = '\t'; break;
-        case 'r': c = '\r'; break;
-        case '0': c = '\0'; break;
+        case 'n':
+          c = '\n';
+          break;
+        case 't':
+          c = '\t';
+          break;
+        case 'r':
+          c = '\r';
+          break;
+        case '0':
+          c = '\0';
+          break;
         case 'x': {
           int code = 0;
           for (int k = 0; k < 2 && pos_ < text_.size(); ++k) {
             const char h = text_[pos_];
-            const int digit = is_digit(h) ? h - '0' : ((h | 0x20) >= 'a' && (h | 0x20) <= 'f') ? (h | 0x20) - 'a' + 10 : -1;
+            const int digit = is_digit(h)                                ? h - '0'
+                              : ((h | 0x20) >= 'a' && (h | 0x20) <= 'f') ? (h | 0x20) - 'a' + 10
+                                                                         : -1;
             if (digit < 0) break;
             code = code * 16 + digit;
             ++pos_;
@@ -155,7 +159,9 @@ Token Lexer::lex_string(std::size_t start, int line, int column) {
           c = static_cast<char>(code);
           break;
         }
-        default: c = e; break;  // \\ \" \' and anything else: the character itself
+        default:
+          c = e;
+          break;  // \\ \" \' and anything else: the character itself
       }
     }
     value += c;
@@ -173,13 +179,17 @@ Token Lexer::lex_string(std::size_t start, int line, int column) {
 
 std::string describe(const Token& token) {
   switch (token.kind) {
-    case TokenKind::kEnd: return "the end of the input";
-    case TokenKind::kNewline: return "the end of the line";
-    case TokenKind::kString: return quote_for_message(token.raw, 40);
+    case TokenKind::kEnd:
+      return "the end of the input";
+    case TokenKind::kNewline:
+      return "the end of the line";
+    case TokenKind::kString:
+      return quote_for_message(token.raw, 40);
     case TokenKind::kInvalid:
       if (token.text == "an unterminated string") return token.text;
       return quote_for_message(token.raw, 40);
-    default: return "'" + std::string(token.raw.substr(0, 40)) + "'";
+    default:
+      return "'" + std::string(token.raw.substr(0, 40)) + "'";
   }
 }
 

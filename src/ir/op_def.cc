@@ -32,9 +32,7 @@ double OpArgs::get_number(std::string_view name) const {
 
 bool OpArgs::get_bool(std::string_view name) const { return constant(name).as_bool(); }
 
-const std::string& OpArgs::get_string(std::string_view name) const {
-  return constant(name).as_string();
-}
+const std::string& OpArgs::get_string(std::string_view name) const { return constant(name).as_string(); }
 
 std::vector<int64_t> OpArgs::get_int_list(std::string_view name) const {
   const Constant& value = constant(name);
@@ -60,9 +58,7 @@ int OpArgs::tensor(std::string_view name) const {
   return arg.kind == BoundArg::Kind::kTensor ? arg.tensors[0] : -1;
 }
 
-const std::vector<int>& OpArgs::tensor_list(std::string_view name) const {
-  return slot(name).tensors;
-}
+const std::vector<int>& OpArgs::tensor_list(std::string_view name) const { return slot(name).tensors; }
 
 bool reinterprets_operand(const OpDef& op, const OpArgs& args, std::span<const TensorType> inputs,
                           std::span<const TensorType> outputs) {

@@ -78,14 +78,13 @@ class IrParser {
       advance();
     }
     if (outputs.size() != result_types.size()) {
-      fail_at(return_token, fmt::format("the function declares {} result(s) but returns {}",
-                                        result_types.size(), outputs.size()));
+      fail_at(return_token,
+              fmt::format("the function declares {} result(s) but returns {}", result_types.size(), outputs.size()));
     }
     for (std::size_t i = 0; i < outputs.size(); ++i) {
       if (outputs[i]->type() != result_types[i]) {
-        fail_at(return_token, fmt::format("result {} is declared {} but %{} is {}", i,
-                                          result_types[i].to_string(), outputs[i]->name(),
-                                          outputs[i]->type().to_string()));
+        fail_at(return_token, fmt::format("result {} is declared {} but %{} is {}", i, result_types[i].to_string(),
+                                          outputs[i]->name(), outputs[i]->type().to_string()));
       }
     }
     graph.set_outputs(std::move(outputs));
@@ -200,8 +199,10 @@ class IrParser {
       advance();
       while (!is_punct(")")) {
         types.push_back(parse_type());
-        if (is_punct(",")) advance();
-        else if (!is_punct(")")) fail("',' or ')' after a result type");
+        if (is_punct(","))
+          advance();
+        else if (!is_punct(")"))
+          fail("',' or ')' after a result type");
       }
       advance();
     } else {
@@ -243,8 +244,8 @@ class IrParser {
     }
     std::vector<NodeArg> node_args = node_args_of(*bound, tensors);
     if (types.size() != op->schema.returns().size()) {
-      fail_at(names.front(), fmt::format("{} returns {} value(s) but {} name(s) are given",
-                                         op->full_name(), op->schema.returns().size(), names.size()));
+      fail_at(names.front(), fmt::format("{} returns {} value(s) but {} name(s) are given", op->full_name(),
+                                         op->schema.returns().size(), names.size()));
     }
     std::vector<std::string> output_names;
     for (const Token& name : names) {
@@ -280,7 +281,8 @@ class IrParser {
     if (word.text == "nan") return Constant(std::numeric_limits<double>::quiet_NaN());
     if (const std::optional<DType> dtype = dtype_from_name(word.text)) return Constant(*dtype);
     fail_at(word, fmt::format("expected an argument (a %value, a number, a string, a list, None, "
-                              "true, false or a dtype), found '{}'", word.text));
+                              "true, false or a dtype), found '{}'",
+                              word.text));
   }
 
   std::variant<Constant, Value*, std::vector<Value*>> parse_arg_value(const Graph& graph) {
@@ -334,8 +336,10 @@ class IrParser {
         fail("a list element (a number or a %value)");
       }
       advance();
-      if (is_punct(",")) advance();
-      else if (!is_punct("]")) fail("',' or ']' in the list");
+      if (is_punct(","))
+        advance();
+      else if (!is_punct("]"))
+        fail("',' or ']' in the list");
     }
     advance();
     if (!values.empty()) return values;

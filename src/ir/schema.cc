@@ -47,8 +47,8 @@ class SchemaParser {
  public:
   explicit SchemaParser(std::string_view text) : text_(text), lexer_(text, false) { advance(); }
 
-  void parse(std::string& ns, std::string& name, std::string& overload,
-                       std::vector<SchemaArgument>& arguments, std::vector<SchemaReturn>& returns) {
+  void parse(std::string& ns, std::string& name, std::string& overload, std::vector<SchemaArgument>& arguments,
+             std::vector<SchemaReturn>& returns) {
     ns = expect_identifier("a namespace such as 'aten'");
     expect_kind(TokenKind::kScope, "'::' after the namespace");
     name = expect_identifier("the op name");
@@ -105,13 +105,12 @@ class SchemaParser {
   bool is_punct(std::string_view p) const { return token_.kind == TokenKind::kPunct && token_.text == p; }
 
   [[noreturn]] void fail(std::string_view expected) const {
-    throw Error(fmt::format("invalid schema {} at column {}: expected {}, found {}",
-                            quote_for_message(text_, 120), token_.column, expected,
-                            ir_detail::describe(token_)));
+    throw Error(fmt::format("invalid schema {} at column {}: expected {}, found {}", quote_for_message(text_, 120),
+                            token_.column, expected, ir_detail::describe(token_)));
   }
   [[noreturn]] void fail_here(std::string_view message) const {
-    throw Error(fmt::format("invalid schema {} at column {}: {}", quote_for_message(text_, 120),
-                            token_.column, message));
+    throw Error(
+        fmt::format("invalid schema {} at column {}: {}", quote_for_message(text_, 120), token_.column, message));
   }
 
   std::string expect_identifier(std::string_view what) {
@@ -223,8 +222,10 @@ class SchemaParser {
           fail("a number in the default list");
         }
         advance();
-        if (is_punct(",")) advance();
-        else if (!is_punct("]")) fail("',' or ']' in the default list");
+        if (is_punct(","))
+          advance();
+        else if (!is_punct("]"))
+          fail("',' or ']' in the default list");
       }
       advance();
       argument.default_value = any_float ? Constant(floats) : Constant(ints);
@@ -261,8 +262,7 @@ std::string SchemaType::python_name() const {
 
 FunctionSchema FunctionSchema::parse(std::string_view text) {
   FunctionSchema schema;
-  SchemaParser(text).parse(schema.namespace_, schema.name_, schema.overload_, schema.arguments_,
-                           schema.returns_);
+  SchemaParser(text).parse(schema.namespace_, schema.name_, schema.overload_, schema.arguments_, schema.returns_);
   return schema;
 }
 

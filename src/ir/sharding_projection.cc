@@ -47,8 +47,7 @@ DimProjection project_to_dim(const Mesh& mesh, const OpShardingRule& rule, const
   return dim;
 }
 
-std::vector<std::vector<int>> project_to_dims(const Mesh& mesh, const OpShardingRule& rule,
-                                              const DimFactors& mapping,
+std::vector<std::vector<int>> project_to_dims(const Mesh& mesh, const OpShardingRule& rule, const DimFactors& mapping,
                                               const std::vector<std::vector<int>>& factor_axes) {
   std::vector<std::vector<int>> dims;
   dims.reserve(mapping.size());

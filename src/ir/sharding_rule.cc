@@ -75,8 +75,8 @@ RuleBuilder::RuleBuilder(std::span<const TensorType> operands, std::span<const T
   }
 }
 
-int RuleBuilder::add_factor(std::vector<int> operand_dims, std::vector<int> result_dims,
-                            int64_t size, FactorKind kind, ReduceOp reduction) {
+int RuleBuilder::add_factor(std::vector<int> operand_dims, std::vector<int> result_dims, int64_t size, FactorKind kind,
+                            ReduceOp reduction) {
   assert(operand_dims.size() == rule_.operands.size() && "one dim (or -1) per operand");
   assert(result_dims.size() == rule_.results.size() && "one dim (or -1) per result");
   const int factor = static_cast<int>(rule_.factors.size());
@@ -100,7 +100,8 @@ void RuleBuilder::map_result(int result, int dim, int factor) {
 
 int RuleBuilder::add_operand_only(int operand, int dim, FactorKind kind) {
   const int factor = static_cast<int>(rule_.factors.size());
-  rule_.factors.push_back({operand_types_[static_cast<std::size_t>(operand)].shape[static_cast<std::size_t>(dim)], kind});
+  rule_.factors.push_back(
+      {operand_types_[static_cast<std::size_t>(operand)].shape[static_cast<std::size_t>(dim)], kind});
   map_operand(operand, dim, factor);
   return factor;
 }
@@ -119,7 +120,8 @@ void RuleBuilder::add_pointwise(FactorKind kind) {
     std::vector<int> operand_dims;
     for (const TensorType& operand : operand_types_) {
       const int64_t aligned = d - (out_rank - operand.rank());
-      const bool has_dim = aligned >= 0 && operand.shape[static_cast<std::size_t>(aligned)] == out[static_cast<std::size_t>(d)];
+      const bool has_dim =
+          aligned >= 0 && operand.shape[static_cast<std::size_t>(aligned)] == out[static_cast<std::size_t>(d)];
       operand_dims.push_back(has_dim ? static_cast<int>(aligned) : -1);
     }
     std::vector<int> result_dims(result_types_.size(), -1);

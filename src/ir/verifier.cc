@@ -20,8 +20,8 @@ void verify_graph(const Graph& graph) {
     };
     const auto& params = node.op().schema.arguments();
     if (node.args().size() != params.size()) {
-      throw Error(fmt::format("invalid node {}: {} arguments for {} schema slots", where(),
-                              node.args().size(), params.size()));
+      throw Error(
+          fmt::format("invalid node {}: {} arguments for {} schema slots", where(), node.args().size(), params.size()));
     }
     // Re-bind the arguments: every slot given, positionally.
     std::vector<CallArg> call_args;
@@ -35,13 +35,14 @@ void verify_graph(const Graph& graph) {
         continue;
       }
       std::vector<Value*> values;
-      if (auto* value = std::get_if<Value*>(&arg.value)) values = {*value};
-      else values = std::get<std::vector<Value*>>(arg.value);
+      if (auto* value = std::get_if<Value*>(&arg.value))
+        values = {*value};
+      else
+        values = std::get<std::vector<Value*>>(arg.value);
       std::vector<int> indices;
       for (Value* value : values) {
         if (!defined.contains(value)) {
-          throw Error(fmt::format("invalid node {}: %{} is used before it is defined", where(),
-                                  value->name()));
+          throw Error(fmt::format("invalid node {}: %{} is used before it is defined", where(), value->name()));
         }
         indices.push_back(static_cast<int>(input_types.size()));
         input_types.push_back(value->type());
@@ -64,14 +65,14 @@ void verify_graph(const Graph& graph) {
       throw Error(fmt::format("invalid node {}: {}", where(), error.what()));
     }
     if (inferred.size() != node.outputs().size()) {
-      throw Error(fmt::format("invalid node {}: the op returns {} value(s), the node has {}",
-                              where(), inferred.size(), node.outputs().size()));
+      throw Error(fmt::format("invalid node {}: the op returns {} value(s), the node has {}", where(), inferred.size(),
+                              node.outputs().size()));
     }
     for (std::size_t i = 0; i < inferred.size(); ++i) {
       if (inferred[i] != node.outputs()[i]->type()) {
         throw Error(fmt::format("invalid node {}: %{} is declared {} but {} infers {}", where(),
-                                node.outputs()[i]->name(), node.outputs()[i]->type().to_string(),
-                                node.op().full_name(), inferred[i].to_string()));
+                                node.outputs()[i]->name(), node.outputs()[i]->type().to_string(), node.op().full_name(),
+                                inferred[i].to_string()));
       }
       defined.insert(node.outputs()[i]);
     }

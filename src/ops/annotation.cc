@@ -32,14 +32,16 @@ static std::vector<int64_t> decode_mesh_shape(const std::string& text) {
   const PyValue value = parse_python_literal(text);
   if (value.kind() == PyValue::Kind::kInt) return {value.as_int()};
   if (!value.is_sequence()) {
-    throw Error(fmt::format("xla::dynamo_mark_sharding: mesh_shape must be a tuple of ints such as "
-                            "\"(4, 1, 2)\", got \"{}\"", text));
+    throw Error(
+        fmt::format("xla::dynamo_mark_sharding: mesh_shape must be a tuple of ints such as "
+                    "\"(4, 1, 2)\", got \"{}\"",
+                    text));
   }
   std::vector<int64_t> shape;
   for (const PyValue& item : value.items()) {
     if (item.kind() != PyValue::Kind::kInt) {
-      throw Error(fmt::format("xla::dynamo_mark_sharding: mesh_shape must hold ints, got {} in \"{}\"",
-                              item.repr(), text));
+      throw Error(
+          fmt::format("xla::dynamo_mark_sharding: mesh_shape must hold ints, got {} in \"{}\"", item.repr(), text));
     }
     shape.push_back(item.as_int());
   }
@@ -50,14 +52,18 @@ static std::vector<std::string> decode_axis_names(const std::string& text) {
   const PyValue value = parse_python_literal(text);
   if (value.is_none()) return {};
   if (!value.is_sequence()) {
-    throw Error(fmt::format("xla::dynamo_mark_sharding: axis_names must be \"None\" or a tuple of "
-                            "strings such as \"('data', 'model')\", got \"{}\"", text));
+    throw Error(
+        fmt::format("xla::dynamo_mark_sharding: axis_names must be \"None\" or a tuple of "
+                    "strings such as \"('data', 'model')\", got \"{}\"",
+                    text));
   }
   std::vector<std::string> names;
   for (const PyValue& item : value.items()) {
     if (item.kind() != PyValue::Kind::kString) {
-      throw Error(fmt::format("xla::dynamo_mark_sharding: axis_names must hold strings, got {} in "
-                              "\"{}\"", item.repr(), text));
+      throw Error(
+          fmt::format("xla::dynamo_mark_sharding: axis_names must hold strings, got {} in "
+                      "\"{}\"",
+                      item.repr(), text));
     }
     names.push_back(item.as_string());
   }
@@ -65,9 +71,9 @@ static std::vector<std::string> decode_axis_names(const std::string& text) {
 }
 
 Sharding decode_mark_sharding(const OpArgs& args, int64_t rank) {
-  auto mesh = std::make_shared<const Mesh>(args.get_int_list("device_ids"),
-                                           decode_mesh_shape(args.get_string("mesh_shape")),
-                                           decode_axis_names(args.get_string("axis_names")));
+  auto mesh =
+      std::make_shared<const Mesh>(args.get_int_list("device_ids"), decode_mesh_shape(args.get_string("mesh_shape")),
+                                   decode_axis_names(args.get_string("axis_names")));
   const PartitionSpec spec = PartitionSpec::parse(args.get_string("partition_spec"));
   check_partition_spec_rank(spec, rank);
   return Sharding::from_spec(std::move(mesh), spec);
@@ -80,18 +86,16 @@ void register_annotation_ops(OpRegistry& registry) {
     decode_mark_sharding(args, in[0].rank());  // validates the annotation
     return std::vector<TensorType>{in[0]};
   };
-  def.sharding_rule = [](const OpArgs&, std::span<const TensorType> in,
-                         std::span<const TensorType> out) {
+  def.sharding_rule = [](const OpArgs&, std::span<const TensorType> in, std::span<const TensorType> out) {
     RuleBuilder builder(in, out);
     builder.add_pointwise();
     return builder.build();
   };
-  def.kernel = [](const OpArgs&, std::span<const DenseTensor> in) {
-    return std::vector<DenseTensor>{in[0]};
-  };
-  registry.add("xla::dynamo_mark_sharding(Tensor t, int[] device_ids, str mesh_shape, "
-               "str axis_names, str partition_spec) -> Tensor",
-               std::move(def));
+  def.kernel = [](const OpArgs&, std::span<const DenseTensor> in) { return std::vector<DenseTensor>{in[0]}; };
+  registry.add(
+      "xla::dynamo_mark_sharding(Tensor t, int[] device_ids, str mesh_shape, "
+      "str axis_names, str partition_spec) -> Tensor",
+      std::move(def));
 }
 
 }  // namespace shardflow::ops

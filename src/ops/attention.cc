@@ -29,9 +29,10 @@ struct AttentionShapes {
 
 AttentionShapes attention_shapes(const TensorType& q, const TensorType& k, const TensorType& v) {
   if (q.rank() < 2 || k.rank() != q.rank() || v.rank() != q.rank()) {
-    throw Error(fmt::format("{}: query, key and value need the same rank, at least 2 ([..., L, E], [..., S, E], "
-                            "[..., S, Ev]), got {}, {} and {}",
-                            kName, q.to_string(), k.to_string(), v.to_string()));
+    throw Error(
+        fmt::format("{}: query, key and value need the same rank, at least 2 ([..., L, E], [..., S, E], "
+                    "[..., S, Ev]), got {}, {} and {}",
+                    kName, q.to_string(), k.to_string(), v.to_string()));
   }
   if (q.dtype != DType::kF32 || k.dtype != DType::kF32 || v.dtype != DType::kF32) {
     throw Error(fmt::format("{}: only float32 query, key and value are implemented, got {}, {} and {}", kName,
@@ -53,8 +54,8 @@ AttentionShapes attention_shapes(const TensorType& q, const TensorType& k, const
                             k.to_string()));
   }
   if (v.shape[v.shape.size() - 2] != s.keys) {
-    throw Error(fmt::format("{}: key and value need the same number of rows (S), got {} and {}", kName,
-                            k.to_string(), v.to_string()));
+    throw Error(fmt::format("{}: key and value need the same number of rows (S), got {} and {}", kName, k.to_string(),
+                            v.to_string()));
   }
   return s;
 }
@@ -87,9 +88,10 @@ void check_options(const OpArgs& args, bool has_mask) {
     throw Error(fmt::format("{}: an explicit attn_mask cannot be given with is_causal=True", kName));
   }
   if (args.get_bool("enable_gqa")) {
-    throw Error(fmt::format("{}: enable_gqa=True is not implemented; give key and value as many heads as the "
-                            "query, or fold each group of query heads into the query rows",
-                            kName));
+    throw Error(
+        fmt::format("{}: enable_gqa=True is not implemented; give key and value as many heads as the "
+                    "query, or fold each group of query heads into the query rows",
+                    kName));
   }
 }
 
@@ -179,14 +181,29 @@ void weighted_sum(const float* p, const int64_t* keys, int64_t count, const floa
   int64_t e = 0;
   for (; e + 8 * kLanes <= value_depth; e += 8 * kLanes) weighted_rows<8>(p, keys, count, values, value_depth, e, out);
   switch ((value_depth - e) / kLanes) {
-    case 7: weighted_rows<7>(p, keys, count, values, value_depth, e, out); break;
-    case 6: weighted_rows<6>(p, keys, count, values, value_depth, e, out); break;
-    case 5: weighted_rows<5>(p, keys, count, values, value_depth, e, out); break;
-    case 4: weighted_rows<4>(p, keys, count, values, value_depth, e, out); break;
-    case 3: weighted_rows<3>(p, keys, count, values, value_depth, e, out); break;
-    case 2: weighted_rows<2>(p, keys, count, values, value_depth, e, out); break;
-    case 1: weighted_rows<1>(p, keys, count, values, value_depth, e, out); break;
-    default: break;
+    case 7:
+      weighted_rows<7>(p, keys, count, values, value_depth, e, out);
+      break;
+    case 6:
+      weighted_rows<6>(p, keys, count, values, value_depth, e, out);
+      break;
+    case 5:
+      weighted_rows<5>(p, keys, count, values, value_depth, e, out);
+      break;
+    case 4:
+      weighted_rows<4>(p, keys, count, values, value_depth, e, out);
+      break;
+    case 3:
+      weighted_rows<3>(p, keys, count, values, value_depth, e, out);
+      break;
+    case 2:
+      weighted_rows<2>(p, keys, count, values, value_depth, e, out);
+      break;
+    case 1:
+      weighted_rows<1>(p, keys, count, values, value_depth, e, out);
+      break;
+    default:
+      break;
   }
   e += (value_depth - e) / kLanes * kLanes;
   for (; e < value_depth; ++e) {
@@ -245,8 +262,9 @@ DenseTensor attention_kernel(const OpArgs& args, std::span<const DenseTensor> in
       const int64_t key_end = causal ? std::min(s.keys, l + 1) : s.keys;
       // A bool mask along contiguous keys is skipped eight hidden keys at a
       // time: a decode step's mask hides the whole unwritten cache.
-      const bool* bool_row =
-          mask != nullptr && mask->dtype() == DType::kBool && key_stride == 1 ? mask->data_as<bool>() + mask_row : nullptr;
+      const bool* bool_row = mask != nullptr && mask->dtype() == DType::kBool && key_stride == 1
+                                 ? mask->data_as<bool>() + mask_row
+                                 : nullptr;
       for (int64_t key = 0; key < key_end; ++key) {
         if (bool_row != nullptr && key + 8 <= key_end) {
           uint64_t eight = 0;
@@ -321,8 +339,7 @@ DenseTensor attention_kernel(const OpArgs& args, std::span<const DenseTensor> in
 // Batch dims and the query rows pass through; the keys (S) and the depth
 // (E) are needed whole: softmax normalises over all keys, so partial sums
 // over either would not combine. Ev passes from the value to the result.
-OpShardingRule attention_rule(const OpArgs& args, std::span<const TensorType> in,
-                              std::span<const TensorType> out) {
+OpShardingRule attention_rule(const OpArgs& args, std::span<const TensorType> in, std::span<const TensorType> out) {
   RuleBuilder builder(in, out);
   const int mask = args.tensor("attn_mask");
   const int rank = static_cast<int>(in[0].rank());
@@ -338,7 +355,8 @@ OpShardingRule attention_rule(const OpArgs& args, std::span<const TensorType> in
     if (mask >= 0) operand_dims.push_back(full_dim < 0 ? -1 : mask_dim(full_dim));
     return operand_dims;
   };
-  for (int d = 0; d < rank - 2; ++d) builder.add_factor(dims(d, d, d, d), {d}, in[0].shape[static_cast<std::size_t>(d)]);
+  for (int d = 0; d < rank - 2; ++d)
+    builder.add_factor(dims(d, d, d, d), {d}, in[0].shape[static_cast<std::size_t>(d)]);
   // Query rows may be split, except under is_causal: the kernel cuts a row's
   // keys off at its index within the shard, not in the whole sequence. (An
   // explicit mask is split with the rows and stays right.)
@@ -363,9 +381,10 @@ void register_attention_ops(OpRegistry& registry) {
   def.kernel = [](const OpArgs& args, std::span<const DenseTensor> in) {
     return std::vector<DenseTensor>{attention_kernel(args, in)};
   };
-  registry.add("aten::scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, "
-               "float dropout_p=0.0, bool is_causal=False, *, float? scale=None, bool enable_gqa=False) -> Tensor",
-               std::move(def));
+  registry.add(
+      "aten::scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, "
+      "float dropout_p=0.0, bool is_causal=False, *, float? scale=None, bool enable_gqa=False) -> Tensor",
+      std::move(def));
 }
 
 }  // namespace shardflow::ops

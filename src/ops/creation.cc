@@ -47,12 +47,18 @@ double scalar_number(const Constant& value) {
 // PyTorch's names of the C++ types in its conversion errors.
 std::string_view cpp_type_name(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "float";
-    case DType::kBF16: return "at::BFloat16";
-    case DType::kF16: return "at::Half";
-    case DType::kI64: return "int64_t";
-    case DType::kI32: return "int";
-    case DType::kBool: return "bool";
+    case DType::kF32:
+      return "float";
+    case DType::kBF16:
+      return "at::BFloat16";
+    case DType::kF16:
+      return "at::Half";
+    case DType::kI64:
+      return "int64_t";
+    case DType::kI32:
+      return "int";
+    case DType::kBool:
+      return "bool";
   }
   return "float";
 }
@@ -84,9 +90,9 @@ T checked_store(const Constant& value, DType dtype) {
     return static_cast<T>(v);
   } else {
     const double v = scalar_number(value);
-    const double max = dtype == DType::kF16 ? 65504.0
-                     : dtype == DType::kBF16 ? 3.3895313892515355e38
-                                             : static_cast<double>(std::numeric_limits<float>::max());
+    const double max = dtype == DType::kF16    ? 65504.0
+                       : dtype == DType::kBF16 ? 3.3895313892515355e38
+                                               : static_cast<double>(std::numeric_limits<float>::max());
     if (std::isfinite(v) && std::abs(v) > max) throw overflow_error(dtype);
     return store<T>(v);
   }
@@ -97,8 +103,7 @@ Shape size_arg(const OpArgs& args) {
   const std::vector<int64_t> size = args.get_int_list("size");
   for (int64_t d : size) {
     if (d < 0) {
-      throw Error(fmt::format("Trying to create tensor with negative dimension {}: [{}]", d,
-                              join_ints(size, ", ")));
+      throw Error(fmt::format("Trying to create tensor with negative dimension {}: [{}]", d, join_ints(size, ", ")));
     }
   }
   return size;
@@ -106,8 +111,7 @@ Shape size_arg(const OpArgs& args) {
 
 // Rules of ops without tensor operands: RuleBuilder::build gives every
 // result dim its own pass-through factor.
-OpShardingRule own_factors_rule(const OpArgs&, std::span<const TensorType> in,
-                                std::span<const TensorType> out) {
+OpShardingRule own_factors_rule(const OpArgs&, std::span<const TensorType> in, std::span<const TensorType> out) {
   return RuleBuilder(in, out).build();
 }
 
@@ -200,8 +204,9 @@ void register_arange(OpRegistry& r) {
     };
     return op;
   };
-  const char* const options = "*, ScalarType? dtype=None, Layout? layout=None, Device? device=None, "
-                              "bool? pin_memory=None) -> Tensor";
+  const char* const options =
+      "*, ScalarType? dtype=None, Layout? layout=None, Device? device=None, "
+      "bool? pin_memory=None) -> Tensor";
   // Calls with a start name the overload: OpRegistry::overloads("aten::arange")
   // returns just the first op, whose name matches exactly.
   r.add(fmt::format("aten::arange(Scalar end, {}", options), def());
@@ -246,8 +251,9 @@ void add_filled(OpRegistry& r, std::string_view schema, std::string fill, int fi
 }
 
 void register_filled(OpRegistry& r) {
-  const std::string options = "*, ScalarType? dtype=None, Layout? layout=None, Device? device=None, "
-                              "bool? pin_memory=None) -> Tensor";
+  const std::string options =
+      "*, ScalarType? dtype=None, Layout? layout=None, Device? device=None, "
+      "bool? pin_memory=None) -> Tensor";
   add_filled(r, "aten::full(SymInt[] size, Scalar fill_value, " + options, "fill_value", 0);
   add_filled(r, "aten::ones(SymInt[] size, " + options, "", 1);
   add_filled(r, "aten::zeros(SymInt[] size, " + options, "", 0);
@@ -329,9 +335,7 @@ double random_element(int64_t seed, int64_t flat_index) {
 }
 
 // Significand bits of the floating dtypes, for rand's rounding down.
-int significand_bits(DType dtype) {
-  return dtype == DType::kBF16 ? 8 : dtype == DType::kF16 ? 11 : 24;
-}
+int significand_bits(DType dtype) { return dtype == DType::kBF16 ? 8 : dtype == DType::kF16 ? 11 : 24; }
 
 template <Distribution kDist>
 void add_random(OpRegistry& r, std::string_view schema) {
@@ -381,8 +385,10 @@ void register_creation_ops(OpRegistry& registry) {
   register_filled(registry);
   add_triangle(registry, "aten::triu(Tensor self, int diagonal=0) -> Tensor", true);
   add_triangle(registry, "aten::tril(Tensor self, int diagonal=0) -> Tensor", false);
-  add_random<Distribution::kUniform>(registry, "shardflow::rand(SymInt[] size, int seed, *, ScalarType? dtype=None) -> Tensor");
-  add_random<Distribution::kNormal>(registry, "shardflow::randn(SymInt[] size, int seed, *, ScalarType? dtype=None) -> Tensor");
+  add_random<Distribution::kUniform>(registry,
+                                     "shardflow::rand(SymInt[] size, int seed, *, ScalarType? dtype=None) -> Tensor");
+  add_random<Distribution::kNormal>(registry,
+                                    "shardflow::randn(SymInt[] size, int seed, *, ScalarType? dtype=None) -> Tensor");
 }
 
 }  // namespace shardflow::ops

@@ -19,8 +19,7 @@ namespace {
 constexpr double kSqrt1_2 = 0.70710678118654752440;
 constexpr double kSqrt2OverPi = 0.79788456080286535588;
 
-OpShardingRule pointwise_rule(const OpArgs&, std::span<const TensorType> inputs,
-                              std::span<const TensorType> outputs) {
+OpShardingRule pointwise_rule(const OpArgs&, std::span<const TensorType> inputs, std::span<const TensorType> outputs) {
   RuleBuilder builder(inputs, outputs);
   builder.add_pointwise();
   return builder.build();
@@ -63,8 +62,9 @@ void add_unary(OpRegistry& registry, std::string_view schema, UnaryResult result
   def.kernel = [result, f](const OpArgs& args, std::span<const DenseTensor> in) {
     const DType dtype = result == UnaryResult::kFloat ? float_type_for(in[0].dtype()) : in[0].dtype();
     if (dtype == DType::kBool && args.schema().name() == "neg") {
-      throw Error("Negation, the `-` operator, on a bool tensor is not supported. If you are "
-                  "trying to invert a mask, use the `~` or `logical_not()` operator instead.");
+      throw Error(
+          "Negation, the `-` operator, on a bool tensor is not supported. If you are "
+          "trying to invert a mask, use the `~` or `logical_not()` operator instead.");
     }
     return std::vector<DenseTensor>{map_unary(in[0], dtype, f)};
   };
@@ -74,30 +74,23 @@ void add_unary(OpRegistry& registry, std::string_view schema, UnaryResult result
 float sigmoid(float x) { return 1.0f / (1.0f + exp_approx(-x)); }
 
 void register_unary_ops(OpRegistry& r) {
-  add_unary(r, "aten::abs(Tensor self) -> Tensor", UnaryResult::kSame,
-            [](auto x) { return x < 0 ? -x : x; });
-  add_unary(r, "aten::cos(Tensor self) -> Tensor", UnaryResult::kFloat,
-            [](auto x) { return std::cos(x); });
+  add_unary(r, "aten::abs(Tensor self) -> Tensor", UnaryResult::kSame, [](auto x) { return x < 0 ? -x : x; });
+  add_unary(r, "aten::cos(Tensor self) -> Tensor", UnaryResult::kFloat, [](auto x) { return std::cos(x); });
   add_unary(r, "aten::exp(Tensor self) -> Tensor", UnaryResult::kFloat,
             [](auto x) { return exp_approx(static_cast<float>(x)); });
-  add_unary(r, "aten::log(Tensor self) -> Tensor", UnaryResult::kFloat,
-            [](auto x) { return std::log(x); });
-  add_unary(r, "aten::neg(Tensor self) -> Tensor", UnaryResult::kSame, [](auto x) { return -x; },
-            Linearity::kLinear);
+  add_unary(r, "aten::log(Tensor self) -> Tensor", UnaryResult::kFloat, [](auto x) { return std::log(x); });
+  add_unary(
+      r, "aten::neg(Tensor self) -> Tensor", UnaryResult::kSame, [](auto x) { return -x; }, Linearity::kLinear);
   add_unary(r, "aten::relu(Tensor self) -> Tensor", UnaryResult::kSame,
             [](auto x) { return x > 0 ? x : decltype(x){0}; });
-  add_unary(r, "aten::rsqrt(Tensor self) -> Tensor", UnaryResult::kFloat,
-            [](auto x) { return 1.0f / std::sqrt(x); });
+  add_unary(r, "aten::rsqrt(Tensor self) -> Tensor", UnaryResult::kFloat, [](auto x) { return 1.0f / std::sqrt(x); });
   add_unary(r, "aten::sigmoid(Tensor self) -> Tensor", UnaryResult::kFloat,
             [](auto x) { return sigmoid(static_cast<float>(x)); });
   add_unary(r, "aten::silu(Tensor self) -> Tensor", UnaryResult::kFloat,
             [](auto x) { return static_cast<float>(x) / (1.0f + exp_approx(-static_cast<float>(x))); });
-  add_unary(r, "aten::sin(Tensor self) -> Tensor", UnaryResult::kFloat,
-            [](auto x) { return std::sin(x); });
-  add_unary(r, "aten::sqrt(Tensor self) -> Tensor", UnaryResult::kFloat,
-            [](auto x) { return std::sqrt(x); });
-  add_unary(r, "aten::tanh(Tensor self) -> Tensor", UnaryResult::kFloat,
-            [](auto x) { return std::tanh(x); });
+  add_unary(r, "aten::sin(Tensor self) -> Tensor", UnaryResult::kFloat, [](auto x) { return std::sin(x); });
+  add_unary(r, "aten::sqrt(Tensor self) -> Tensor", UnaryResult::kFloat, [](auto x) { return std::sqrt(x); });
+  add_unary(r, "aten::tanh(Tensor self) -> Tensor", UnaryResult::kFloat, [](auto x) { return std::tanh(x); });
 
   OpDef gelu = unary_def(UnaryResult::kFloat);
   // PyTorch's check of `approximate`, made when the graph is verified rather
@@ -117,9 +110,8 @@ void register_unary_ops(OpRegistry& r) {
     const DType dtype = float_type_for(in[0].dtype());
     const std::string& approximate = check_approximate(args);
     if (approximate == "none") {
-      return std::vector<DenseTensor>{map_unary(in[0], dtype, [](float x) {
-        return 0.5f * x * (1.0f + std::erf(x * static_cast<float>(kSqrt1_2)));
-      })};
+      return std::vector<DenseTensor>{map_unary(
+          in[0], dtype, [](float x) { return 0.5f * x * (1.0f + std::erf(x * static_cast<float>(kSqrt1_2))); })};
     }
     return std::vector<DenseTensor>{map_unary(in[0], dtype, [](float x) {  // "tanh"
       const float inner = static_cast<float>(kSqrt2OverPi) * (x + 0.044715f * x * x * x);
@@ -137,8 +129,7 @@ enum class BinaryResult { kPromoted, kTrueDivision, kBool };
 // z = f(x, y) elementwise over broadcast operands, computed in `compute`
 // (the operands are cast to it); the result has dtype `out` (compute or bool).
 template <class F>
-DenseTensor map_binary(const DenseTensor& a_in, const DenseTensor& b_in, DType compute, DType out,
-                       F f) {
+DenseTensor map_binary(const DenseTensor& a_in, const DenseTensor& b_in, DType compute, DType out, F f) {
   const DenseTensor a = cast(a_in, compute);
   const DenseTensor b = cast(b_in, compute);
   const Shape shape = broadcast_shapes(a.shape(), b.shape());
@@ -200,9 +191,12 @@ struct BinaryDtypes {
 
 BinaryDtypes binary_dtypes(DType promoted, BinaryResult result) {
   switch (result) {
-    case BinaryResult::kPromoted: return {promoted, promoted};
-    case BinaryResult::kTrueDivision: return {float_type_for(promoted), float_type_for(promoted)};
-    case BinaryResult::kBool: return {promoted, DType::kBool};
+    case BinaryResult::kPromoted:
+      return {promoted, promoted};
+    case BinaryResult::kTrueDivision:
+      return {float_type_for(promoted), float_type_for(promoted)};
+    case BinaryResult::kBool:
+      return {promoted, DType::kBool};
   }
   return {promoted, promoted};
 }
@@ -212,8 +206,8 @@ BinaryDtypes binary_dtypes(DType promoted, BinaryResult result) {
 template <class Make>
 void add_binary(OpRegistry& registry, std::string_view schema, BinaryResult result, Make make,
                 Linearity linearity = Linearity::kNone) {
-  const bool scalar_form = schema.find("Scalar other") != std::string_view::npos ||
-                           schema.find("Scalar exponent") != std::string_view::npos;
+  const bool scalar_form =
+      schema.find("Scalar other") != std::string_view::npos || schema.find("Scalar exponent") != std::string_view::npos;
   const auto promoted = [scalar_form](const OpArgs& args, std::span<const TensorType> in) {
     if (!scalar_form) return result_type(in);
     return result_type_with_scalar(in[0].dtype, args[1].constant);
@@ -229,8 +223,7 @@ void add_binary(OpRegistry& registry, std::string_view schema, BinaryResult resu
   def.kernel = [=](const OpArgs& args, std::span<const DenseTensor> in) {
     const std::vector<TensorType> types = types_of(in);
     const BinaryDtypes dtypes = binary_dtypes(promoted(args, types), result);
-    const DenseTensor other =
-        scalar_form ? scalar_tensor(args[1].constant, dtypes.compute) : in[1];
+    const DenseTensor other = scalar_form ? scalar_tensor(args[1].constant, dtypes.compute) : in[1];
     DenseTensor out;
     visit_dtype(dtypes.compute, [&](auto tag) {
       using C = ComputeType<decltype(tag)>;
@@ -293,10 +286,8 @@ void register_binary_ops(OpRegistry& r) {
                R::kPromoted, make);
   }
   const auto multiply = plain([](auto x, auto y) { return x * y; });
-  add_binary(r, "aten::mul.Tensor(Tensor self, Tensor other) -> Tensor", R::kPromoted, multiply,
-             Linearity::kBilinear);
-  add_binary(r, "aten::mul.Scalar(Tensor self, Scalar other) -> Tensor", R::kPromoted, multiply,
-             Linearity::kLinear);
+  add_binary(r, "aten::mul.Tensor(Tensor self, Tensor other) -> Tensor", R::kPromoted, multiply, Linearity::kBilinear);
+  add_binary(r, "aten::mul.Scalar(Tensor self, Scalar other) -> Tensor", R::kPromoted, multiply, Linearity::kLinear);
   // Division needs the reduced numerator: by a zero, parts of mixed signs
   // give inf + -inf = NaN where their sum gives one infinity. Reducing first
   // moves no more bytes (the quotient is as large as the numerator).
@@ -337,8 +328,10 @@ void register_where_and_cast(OpRegistry& r) {
   where.family = OpFamily::kElementwise;
   where.infer = [](const OpArgs&, std::span<const TensorType> in) {
     if (in[0].dtype != DType::kBool) {
-      throw Error(fmt::format("where expected condition to be a boolean tensor, but got a tensor "
-                              "with dtype {}", scalar_type_name(in[0].dtype)));
+      throw Error(
+          fmt::format("where expected condition to be a boolean tensor, but got a tensor "
+                      "with dtype {}",
+                      scalar_type_name(in[0].dtype)));
     }
     const Shape shape = broadcast_shapes(broadcast_shapes(in[0].shape, in[1].shape), in[2].shape);
     return std::vector<TensorType>{{result_type(in.subspan(1)), shape}};
@@ -378,9 +371,10 @@ void register_where_and_cast(OpRegistry& r) {
   to.kernel = [](const OpArgs& args, std::span<const DenseTensor> in) {
     return std::vector<DenseTensor>{cast(in[0], args.get_dtype("dtype"))};
   };
-  r.add("aten::to.dtype(Tensor(a) self, ScalarType dtype, bool non_blocking=False, bool copy=False, "
-        "MemoryFormat? memory_format=None) -> Tensor(a)",
-        std::move(to));
+  r.add(
+      "aten::to.dtype(Tensor(a) self, ScalarType dtype, bool non_blocking=False, bool copy=False, "
+      "MemoryFormat? memory_format=None) -> Tensor(a)",
+      std::move(to));
 }
 
 }  // namespace

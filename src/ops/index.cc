@@ -67,8 +67,10 @@ void check_indices(std::span<const int64_t> indices, int64_t size, Message messa
 
 // index_select's (and so embedding's) message: PyTorch's, plus the index and size.
 std::string out_of_range_in_self(int64_t index, int64_t dim, int64_t size) {
-  return fmt::format("index out of range in self: index {} is out of bounds for dimension {} with "
-                     "size {}", index, dim, size);
+  return fmt::format(
+      "index out of range in self: index {} is out of bounds for dimension {} with "
+      "size {}",
+      index, dim, size);
 }
 
 // A shape seen as [outer, size, inner] around `dim`; a scalar is [1, 1, 1].
@@ -116,11 +118,21 @@ DenseTensor select_rows(const DenseTensor& in, Slab in_slab, std::span<const int
   const std::byte* src = in.data();
   std::byte* dst = out.data();
   switch (row) {
-    case 1: gather_rows<1>(src, in_slab, indices, row, dst); break;
-    case 2: gather_rows<2>(src, in_slab, indices, row, dst); break;
-    case 4: gather_rows<4>(src, in_slab, indices, row, dst); break;
-    case 8: gather_rows<8>(src, in_slab, indices, row, dst); break;
-    default: gather_rows<0>(src, in_slab, indices, row, dst); break;
+    case 1:
+      gather_rows<1>(src, in_slab, indices, row, dst);
+      break;
+    case 2:
+      gather_rows<2>(src, in_slab, indices, row, dst);
+      break;
+    case 4:
+      gather_rows<4>(src, in_slab, indices, row, dst);
+      break;
+    case 8:
+      gather_rows<8>(src, in_slab, indices, row, dst);
+      break;
+    default:
+      gather_rows<0>(src, in_slab, indices, row, dst);
+      break;
   }
   return out;
 }
@@ -154,9 +166,11 @@ TensorType embedding_type(std::span<const TensorType> in) {
   const TensorType& indices = in[1];
   if (weight.rank() != 2) throw Error("'weight' must be 2-D");
   if (!is_index_dtype(indices.dtype)) {
-    throw Error(fmt::format("Expected tensor for argument #1 'indices' to have one of the following "
-                            "scalar types: Long, Int; but got torch.{}Tensor instead (while "
-                            "checking arguments for embedding)", scalar_type_name(indices.dtype)));
+    throw Error(
+        fmt::format("Expected tensor for argument #1 'indices' to have one of the following "
+                    "scalar types: Long, Int; but got torch.{}Tensor instead (while "
+                    "checking arguments for embedding)",
+                    scalar_type_name(indices.dtype)));
   }
   Shape shape = indices.shape;
   shape.push_back(weight.shape[1]);
@@ -166,14 +180,12 @@ TensorType embedding_type(std::span<const TensorType> in) {
 void register_embedding(OpRegistry& r) {
   OpDef def;
   def.family = OpFamily::kIndexing;
-  def.infer = [](const OpArgs&, std::span<const TensorType> in) {
-    return std::vector<TensorType>{embedding_type(in)};
-  };
+  def.infer = [](const OpArgs&, std::span<const TensorType> in) { return std::vector<TensorType>{embedding_type(in)}; };
   def.sharding_rule = [](const OpArgs&, std::span<const TensorType> in, std::span<const TensorType> out) {
     RuleBuilder b(in, out);
     const int batch = static_cast<int>(in[1].rank());
     for (int d = 0; d < batch; ++d) b.add_factor({-1, d}, {d}, in[1].shape[static_cast<std::size_t>(d)]);
-    b.add_factor({1, -1}, {batch}, in[0].shape[1]);  // D: each row is copied whole
+    b.add_factor({1, -1}, {batch}, in[0].shape[1]);                     // D: each row is copied whole
     b.add_factor({0, -1}, {-1}, in[0].shape[0], FactorKind::kIndexed);  // V: looked up
     return b.build();
   };
@@ -194,9 +206,10 @@ void register_embedding(OpRegistry& r) {
     const Slab rows{1, in[0].shape()[0], in[0].shape()[1]};
     return std::vector<DenseTensor>{select_rows_in_window(in[0], rows, indices, window, out_type)};
   };
-  r.add("aten::embedding(Tensor weight, Tensor indices, SymInt padding_idx=-1, "
-        "bool scale_grad_by_freq=False, bool sparse=False) -> Tensor",
-        std::move(def));
+  r.add(
+      "aten::embedding(Tensor weight, Tensor indices, SymInt padding_idx=-1, "
+      "bool scale_grad_by_freq=False, bool sparse=False) -> Tensor",
+      std::move(def));
 }
 
 // ------------------------------------------------------------- index_select
@@ -225,8 +238,7 @@ void register_index_select(OpRegistry& r) {
   def.infer = [](const OpArgs& args, std::span<const TensorType> in) {
     return std::vector<TensorType>{index_select_type(args, in)};
   };
-  def.sharding_rule = [](const OpArgs& args, std::span<const TensorType> in,
-                         std::span<const TensorType> out) {
+  def.sharding_rule = [](const OpArgs& args, std::span<const TensorType> in, std::span<const TensorType> out) {
     RuleBuilder b(in, out);
     const TensorType& self = in[0];
     if (self.rank() > 0) {
@@ -277,35 +289,44 @@ TensorType index_copy_type(const OpArgs& args, std::span<const TensorType> in) {
   }
   const int64_t count = numel(index.shape);
   if (source.rank() == 0 && count != 1) {
-    throw Error(fmt::format("index_copy_(): When source is scalar, index should have one element "
-                            "(got {})", count));
+    throw Error(
+        fmt::format("index_copy_(): When source is scalar, index should have one element "
+                    "(got {})",
+                    count));
   }
   if (source.rank() != self.rank() && source.rank() != 0 && self.rank() != 0) {
-    throw Error(fmt::format("index_copy_(): When source and destination are not scalars, their "
-                            "dimensionality must match. Source dimensionality ({}), destination "
-                            "dimensionality ({})", source.rank(), self.rank()));
+    throw Error(
+        fmt::format("index_copy_(): When source and destination are not scalars, their "
+                    "dimensionality must match. Source dimensionality ({}), destination "
+                    "dimensionality ({})",
+                    source.rank(), self.rank()));
   }
   if (!is_index_dtype(index.dtype)) {
     throw Error(fmt::format("index_copy_(): Expected dtype int32 or int64 for index, but got {}",
                             scalar_type_name(index.dtype)));
   }
   if (self.dtype != source.dtype) {
-    throw Error(fmt::format("index_copy_(): self and source expected to have the same dtype, but got "
-                            "(self) {} and (source) {}", scalar_type_name(self.dtype),
-                            scalar_type_name(source.dtype)));
+    throw Error(
+        fmt::format("index_copy_(): self and source expected to have the same dtype, but got "
+                    "(self) {} and (source) {}",
+                    scalar_type_name(self.dtype), scalar_type_name(source.dtype)));
   }
   Shape self_slice = self.shape;
   Shape source_slice = source.shape;
   if (!self_slice.empty()) self_slice.erase(self_slice.begin() + dim);
   if (!source_slice.empty()) source_slice.erase(source_slice.begin() + dim);
   if (self_slice != source_slice) {
-    throw Error(fmt::format("index_copy_(): Source/destination tensor must have same slice shapes. "
-                            "Destination slice shape: {} at dimension {} and source slice shape: {} "
-                            "at dimension 0.", sizes_text(self_slice), dim, sizes_text(source_slice)));
+    throw Error(
+        fmt::format("index_copy_(): Source/destination tensor must have same slice shapes. "
+                    "Destination slice shape: {} at dimension {} and source slice shape: {} "
+                    "at dimension 0.",
+                    sizes_text(self_slice), dim, sizes_text(source_slice)));
   }
   if (source.rank() > 0 && count != source.shape[static_cast<std::size_t>(dim)]) {
-    throw Error(fmt::format("index_copy_(): Number of indices ({}) should be equal to "
-                            "source.size(dim) ({})", count, source.shape[static_cast<std::size_t>(dim)]));
+    throw Error(
+        fmt::format("index_copy_(): Number of indices ({}) should be equal to "
+                    "source.size(dim) ({})",
+                    count, source.shape[static_cast<std::size_t>(dim)]));
   }
   return self;
 }
@@ -356,8 +377,7 @@ void register_index_copy(OpRegistry& r) {
   def.infer = [](const OpArgs& args, std::span<const TensorType> in) {
     return std::vector<TensorType>{index_copy_type(args, in)};
   };
-  def.sharding_rule = [](const OpArgs& args, std::span<const TensorType> in,
-                         std::span<const TensorType> out) {
+  def.sharding_rule = [](const OpArgs& args, std::span<const TensorType> in, std::span<const TensorType> out) {
     RuleBuilder b(in, out);
     const TensorType& self = in[0];
     const TensorType& source = in[2];
@@ -408,9 +428,10 @@ TensorType gather_type(const OpArgs& args, std::span<const TensorType> in) {
     }
     for (int64_t d = 0; d < rank; ++d) {
       if (d != dim && nonempty_size(index, d) > nonempty_size(self, d)) {
-        throw Error(fmt::format("Size does not match at dimension {} expected index {} to be smaller "
-                                "than self {} apart for dimension {}", d, sizes_text(index.shape),
-                                sizes_text(self.shape), dim));
+        throw Error(
+            fmt::format("Size does not match at dimension {} expected index {} to be smaller "
+                        "than self {} apart for dimension {}",
+                        d, sizes_text(index.shape), sizes_text(self.shape), dim));
       }
     }
   }
@@ -462,8 +483,7 @@ void register_gather(OpRegistry& r) {
   def.infer = [](const OpArgs& args, std::span<const TensorType> in) {
     return std::vector<TensorType>{gather_type(args, in)};
   };
-  def.sharding_rule = [](const OpArgs& args, std::span<const TensorType> in,
-                         std::span<const TensorType> out) {
+  def.sharding_rule = [](const OpArgs& args, std::span<const TensorType> in, std::span<const TensorType> out) {
     RuleBuilder b(in, out);
     const TensorType& self = in[0];
     const TensorType& index = in[1];
@@ -490,8 +510,7 @@ void register_gather(OpRegistry& r) {
   def.windowed_kernel = [](const OpArgs& args, std::span<const DenseTensor> in, const IndexWindow& window) {
     return std::vector<DenseTensor>{gather_in_window(args, in, window)};
   };
-  r.add("aten::gather(Tensor self, int dim, Tensor index, *, bool sparse_grad=False) -> Tensor",
-        std::move(def));
+  r.add("aten::gather(Tensor self, int dim, Tensor index, *, bool sparse_grad=False) -> Tensor", std::move(def));
 }
 
 }  // namespace

@@ -3,11 +3,11 @@
 #pragma once
 
 #include <algorithm>
-#include <iterator>
 #include <bit>
 #include <cmath>
-#include <limits>
 #include <cstdint>
+#include <iterator>
+#include <limits>
 #include <span>
 #include <vector>
 
@@ -34,8 +34,8 @@ inline DType float_type_for(DType dtype) { return is_floating(dtype) ? dtype : D
 // of the row's first element in operand i; `inner_strides[i]` is 0 or 1.
 // Operands with the output's shape collapse into a single row.
 template <class RowFn>
-void for_each_broadcast_row(std::span<const int64_t> out_shape,
-                            std::span<const Shape* const> operand_shapes, RowFn&& row);
+void for_each_broadcast_row(std::span<const int64_t> out_shape, std::span<const Shape* const> operand_shapes,
+                            RowFn&& row);
 
 // A cast copy of `input` (the same tensor when the dtype matches).
 DenseTensor cast(const DenseTensor& input, DType dtype);
@@ -74,8 +74,8 @@ inline float exp_approx(float input) {
 // ------------------------------------------------------------ implementation
 
 template <class RowFn>
-void for_each_broadcast_row(std::span<const int64_t> out_shape,
-                            std::span<const Shape* const> operand_shapes, RowFn&& row) {
+void for_each_broadcast_row(std::span<const int64_t> out_shape, std::span<const Shape* const> operand_shapes,
+                            RowFn&& row) {
   const std::size_t count = operand_shapes.size();
   const int64_t total = numel(out_shape);
   if (total == 0) return;

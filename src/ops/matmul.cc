@@ -22,12 +22,18 @@ namespace {
 // caffe2::TypeMeta's names, which PyTorch's mm dtype message prints.
 std::string_view type_meta_name(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "float";
-    case DType::kBF16: return "c10::BFloat16";
-    case DType::kF16: return "c10::Half";
-    case DType::kI64: return "long int";
-    case DType::kI32: return "int";
-    case DType::kBool: return "bool";
+    case DType::kF32:
+      return "float";
+    case DType::kBF16:
+      return "c10::BFloat16";
+    case DType::kF16:
+      return "c10::Half";
+    case DType::kI64:
+      return "long int";
+    case DType::kI32:
+      return "int";
+    case DType::kBool:
+      return "bool";
   }
   return "float";
 }
@@ -49,8 +55,7 @@ struct MatmulShapes {
 };
 
 std::string mm_mismatch(int64_t rows, int64_t k1, int64_t k2, int64_t columns) {
-  return fmt::format("mat1 and mat2 shapes cannot be multiplied ({}x{} and {}x{})", rows, k1, k2,
-                     columns);
+  return fmt::format("mat1 and mat2 shapes cannot be multiplied ({}x{} and {}x{})", rows, k1, k2, columns);
 }
 
 std::string mv_mismatch(int64_t rows, int64_t k, int64_t vector) {
@@ -60,15 +65,16 @@ std::string mv_mismatch(int64_t rows, int64_t k, int64_t vector) {
 // PyTorch's message for contracted sizes that differ names the kernel
 // torch.matmul picks for these ranks: dot, mv or mm (a batched operand
 // against a 1-D or 2-D one is folded into a matrix first), or bmm.
-std::string contraction_mismatch(const TensorType& lhs, const TensorType& rhs, int64_t lhs_k,
-                                 int64_t rhs_k, int64_t batch_count) {
+std::string contraction_mismatch(const TensorType& lhs, const TensorType& rhs, int64_t lhs_k, int64_t rhs_k,
+                                 int64_t batch_count) {
   if (rhs.rank() <= 2) {
     const int64_t rows = numel(leading(lhs.shape, 1));
     if (rhs.rank() == 2) return mm_mismatch(rows, lhs_k, rhs_k, rhs.shape[1]);
     if (lhs.rank() >= 2) return mv_mismatch(rows, lhs_k, rhs_k);
-    return fmt::format("inconsistent tensor size, expected tensor [{}] and src [{}] to have the same "
-                       "number of elements, but got {} and {} elements respectively",
-                       lhs_k, rhs_k, lhs_k, rhs_k);
+    return fmt::format(
+        "inconsistent tensor size, expected tensor [{}] and src [{}] to have the same "
+        "number of elements, but got {} and {} elements respectively",
+        lhs_k, rhs_k, lhs_k, rhs_k);
   }
   // A 1-D lhs folds against the transposed rhs when that needs no copy
   // (rhs empty or its k is 1).
@@ -76,14 +82,16 @@ std::string contraction_mismatch(const TensorType& lhs, const TensorType& rhs, i
     const int64_t rows = numel(leading(rhs.shape, 2)) * rhs.shape.back();
     return mv_mismatch(rows, rhs_k, lhs_k);
   }
-  return fmt::format("Expected size for first two dimensions of batch2 tensor to be: [{}, {}] but "
-                     "got: [{}, {}].", batch_count, lhs_k, batch_count, rhs_k);
+  return fmt::format(
+      "Expected size for first two dimensions of batch2 tensor to be: [{}, {}] but "
+      "got: [{}, {}].",
+      batch_count, lhs_k, batch_count, rhs_k);
 }
 
 MatmulShapes matmul_shapes(const TensorType& lhs, const TensorType& rhs) {
   if (lhs.rank() == 0 || rhs.rank() == 0) {
-    throw Error(fmt::format("both arguments to matmul need to be at least 1D, but they are {}D and {}D",
-                            lhs.rank(), rhs.rank()));
+    throw Error(fmt::format("both arguments to matmul need to be at least 1D, but they are {}D and {}D", lhs.rank(),
+                            rhs.rank()));
   }
   MatmulShapes s;
   s.lhs_vector = lhs.rank() == 1;
@@ -108,8 +116,8 @@ MatmulShapes matmul_shapes(const TensorType& lhs, const TensorType& rhs) {
 
 void check_same_dtype(DType lhs, DType rhs) {
   if (lhs != rhs) {
-    throw Error(fmt::format("expected m1 and m2 to have the same dtype, but got: {} != {}",
-                            type_meta_name(lhs), type_meta_name(rhs)));
+    throw Error(fmt::format("expected m1 and m2 to have the same dtype, but got: {} != {}", type_meta_name(lhs),
+                            type_meta_name(rhs)));
   }
 }
 
@@ -236,8 +244,7 @@ DenseTensor matmul_kernel(const DenseTensor& lhs, const DenseTensor& rhs) {
 }
 
 // Batch factors like pointwise dims, then m, n and the contracted k.
-OpShardingRule matmul_rule(const OpArgs&, std::span<const TensorType> inputs,
-                           std::span<const TensorType> outputs) {
+OpShardingRule matmul_rule(const OpArgs&, std::span<const TensorType> inputs, std::span<const TensorType> outputs) {
   const TensorType& lhs = inputs[0];
   const TensorType& rhs = inputs[1];
   const MatmulShapes s = matmul_shapes(lhs, rhs);
@@ -249,16 +256,15 @@ OpShardingRule matmul_rule(const OpArgs&, std::span<const TensorType> inputs,
     return dim >= 0 && own[static_cast<std::size_t>(dim)] == s.batch[static_cast<std::size_t>(d)] ? dim : -1;
   };
   for (int d = 0; d < batch_rank; ++d) {
-    builder.add_factor({aligned(s.lhs_batch, d), aligned(s.rhs_batch, d)}, {d},
-                       s.batch[static_cast<std::size_t>(d)]);
+    builder.add_factor({aligned(s.lhs_batch, d), aligned(s.rhs_batch, d)}, {d}, s.batch[static_cast<std::size_t>(d)]);
   }
   const auto lhs_rank = static_cast<int>(lhs.rank());
   const auto rhs_rank = static_cast<int>(rhs.rank());
   int result_dim = batch_rank;
   if (!s.lhs_vector) builder.add_factor({lhs_rank - 2, -1}, {result_dim++}, s.m);
   if (!s.rhs_vector) builder.add_factor({-1, rhs_rank - 1}, {result_dim}, s.n);
-  builder.add_factor({lhs_rank - 1, s.rhs_vector ? 0 : rhs_rank - 2}, {-1}, s.k,
-                     FactorKind::kReduction, ReduceOp::kSum);
+  builder.add_factor({lhs_rank - 1, s.rhs_vector ? 0 : rhs_rank - 2}, {-1}, s.k, FactorKind::kReduction,
+                     ReduceOp::kSum);
   return builder.build();
 }
 
@@ -290,17 +296,18 @@ std::string sizes_text(const Shape& shape) {
 void check_bias_broadcasts(const TensorType& bias, const Shape& target) {
   const Shape& own = bias.shape;
   if (own.size() > target.size()) {
-    throw Error(fmt::format("expand(torch.{}Tensor{{{}}}, size={}): the number of sizes provided ({}) "
-                            "must be greater or equal to the number of dimensions in the tensor ({})",
-                            scalar_type_name(bias.dtype), sizes_text(own), sizes_text(target),
-                            target.size(), own.size()));
+    throw Error(
+        fmt::format("expand(torch.{}Tensor{{{}}}, size={}): the number of sizes provided ({}) "
+                    "must be greater or equal to the number of dimensions in the tensor ({})",
+                    scalar_type_name(bias.dtype), sizes_text(own), sizes_text(target), target.size(), own.size()));
   }
   const std::size_t pad = target.size() - own.size();
   for (std::size_t d = pad; d < target.size(); ++d) {
     if (own[d - pad] != 1 && own[d - pad] != target[d]) {
-      throw Error(fmt::format("The expanded size of the tensor ({}) must match the existing size ({}) "
-                              "at non-singleton dimension {}.  Target sizes: {}.  Tensor sizes: {}",
-                              target[d], own[d - pad], d, sizes_text(target), sizes_text(own)));
+      throw Error(
+          fmt::format("The expanded size of the tensor ({}) must match the existing size ({}) "
+                      "at non-singleton dimension {}.  Target sizes: {}.  Tensor sizes: {}",
+                      target[d], own[d - pad], d, sizes_text(target), sizes_text(own)));
     }
   }
 }
@@ -310,8 +317,8 @@ void check_bias_broadcasts(const TensorType& bias, const Shape& target) {
 // messages differ from mm's and which needs a 2-D W.
 TensorType linear_type(const TensorType& input, const TensorType& weight, const TensorType* bias) {
   if (input.rank() == 0 || weight.rank() == 0) {
-    throw Error(fmt::format("both arguments to linear need to be at least 1D, but they are {}D and {}D",
-                            input.rank(), weight.rank()));
+    throw Error(fmt::format("both arguments to linear need to be at least 1D, but they are {}D and {}D", input.rank(),
+                            weight.rank()));
   }
   if (weight.rank() > 2) {
     throw Error(fmt::format("t() expects a tensor with <= 2 dimensions, but self is {}D", weight.rank()));
@@ -342,8 +349,8 @@ const TensorType* bias_type(const OpArgs& args, std::span<const TensorType> in) 
 
 DenseTensor linear_kernel(const DenseTensor& input, const DenseTensor& weight, const DenseTensor* bias) {
   const TensorType bias_desc = bias ? TensorType{bias->dtype(), bias->shape()} : TensorType{};
-  const TensorType result = linear_type({input.dtype(), input.shape()}, {weight.dtype(), weight.shape()},
-                                        bias ? &bias_desc : nullptr);
+  const TensorType result =
+      linear_type({input.dtype(), input.shape()}, {weight.dtype(), weight.shape()}, bias ? &bias_desc : nullptr);
   const int64_t in_features = input.shape().back();
   const int64_t out_features = weight.rank() == 2 ? weight.shape()[0] : 1;
   // Every leading dim of x is a row: one GEMM against W stored out x in.
@@ -402,8 +409,8 @@ OpShardingRule linear_rule(const OpArgs& args, std::span<const TensorType> input
   if (weight.rank() == 2) {
     builder.add_factor(operand_dims(-1, 0, result_rank - 1), {result_rank - 1}, weight.shape[0]);
   }
-  builder.add_factor(operand_dims(batch_rank, static_cast<int>(weight.rank()) - 1, -1), {-1},
-                     input.shape.back(), FactorKind::kReduction, ReduceOp::kSum);
+  builder.add_factor(operand_dims(batch_rank, static_cast<int>(weight.rank()) - 1, -1), {-1}, input.shape.back(),
+                     FactorKind::kReduction, ReduceOp::kSum);
   return builder.build();
 }
 

@@ -50,7 +50,8 @@ NormShape checked_shape(const OpArgs& args, std::span<const TensorType> in) {
   }
   NormShape s;
   s.normalized_rank = rank;
-  for (int64_t d = 0; d < x.rank(); ++d) (d < x.rank() - rank ? s.rows : s.width) *= x.shape[static_cast<std::size_t>(d)];
+  for (int64_t d = 0; d < x.rank(); ++d)
+    (d < x.rank() - rank ? s.rows : s.width) *= x.shape[static_cast<std::size_t>(d)];
   // As PyTorch: eps defaults to the dtype's machine epsilon.
   const Constant& eps = args.constant("eps");
   s.eps = eps.is_none() ? std::numeric_limits<float>::epsilon() : args.get_number("eps");

@@ -66,11 +66,12 @@ int64_t reduced_count(const Shape& shape, const std::vector<bool>& reduced) {
 
 // Max and min have no identity: an empty tensor must be reduced along given
 // non-empty dims only (PyTorch's checks and messages; dims as given).
-void check_reducible_when_empty(std::string_view name, const std::vector<int64_t>& dims,
-                                const Shape& shape) {
+void check_reducible_when_empty(std::string_view name, const std::vector<int64_t>& dims, const Shape& shape) {
   if (dims.empty()) {
-    throw Error(fmt::format("{}(): Expected reduction dim to be specified for input.numel() == 0. "
-                            "Specify the reduction dim with the 'dim' argument.", name));
+    throw Error(
+        fmt::format("{}(): Expected reduction dim to be specified for input.numel() == 0. "
+                    "Specify the reduction dim with the 'dim' argument.",
+                    name));
   }
   for (int64_t dim : dims) {
     if (shape[static_cast<std::size_t>(wrap_dim(dim, static_cast<int64_t>(shape.size())))] == 0) {
@@ -82,10 +83,8 @@ void check_reducible_when_empty(std::string_view name, const std::vector<int64_t
 // A kept dim is shared by operand and result; a reduced one is the
 // operand's alone (with keepdim the result's size-1 dim gets its own factor
 // in build()).
-OpShardingRule reduction_rule(const std::vector<bool>& reduced, bool keepdim,
-                              std::span<const TensorType> inputs,
-                              std::span<const TensorType> outputs, FactorKind kind,
-                              ReduceOp reduction) {
+OpShardingRule reduction_rule(const std::vector<bool>& reduced, bool keepdim, std::span<const TensorType> inputs,
+                              std::span<const TensorType> outputs, FactorKind kind, ReduceOp reduction) {
   RuleBuilder builder(inputs, outputs);
   const Shape& shape = inputs[0].shape;
   int result_dim = 0;
@@ -185,22 +184,35 @@ bool is_nan(A value) {
 
 // How partial results combine. NaN wins max and min, as in torch.amax.
 struct SumOp {
-  template <class A> static A identity() { return A{0}; }
-  template <class A> static A combine(A a, A b) { return a + b; }
+  template <class A>
+  static A identity() {
+    return A{0};
+  }
+  template <class A>
+  static A combine(A a, A b) {
+    return a + b;
+  }
 };
 struct MaxOp {
-  template <class A> static A identity() {
+  template <class A>
+  static A identity() {
     return std::numeric_limits<A>::has_infinity ? -std::numeric_limits<A>::infinity()
                                                 : std::numeric_limits<A>::lowest();
   }
-  template <class A> static A combine(A a, A b) { return (a > b || is_nan(a)) ? a : b; }
+  template <class A>
+  static A combine(A a, A b) {
+    return (a > b || is_nan(a)) ? a : b;
+  }
 };
 struct MinOp {
-  template <class A> static A identity() {
-    return std::numeric_limits<A>::has_infinity ? std::numeric_limits<A>::infinity()
-                                                : std::numeric_limits<A>::max();
+  template <class A>
+  static A identity() {
+    return std::numeric_limits<A>::has_infinity ? std::numeric_limits<A>::infinity() : std::numeric_limits<A>::max();
   }
-  template <class A> static A combine(A a, A b) { return (a < b || is_nan(a)) ? a : b; }
+  template <class A>
+  static A combine(A a, A b) {
+    return (a < b || is_nan(a)) ? a : b;
+  }
 };
 
 // One contiguous row to one value. Independent lanes let the compiler
@@ -249,10 +261,14 @@ enum class ReduceKind { kSum, kMean, kMax, kMin };
 
 std::string_view reduce_name(ReduceKind kind) {
   switch (kind) {
-    case ReduceKind::kSum: return "sum";
-    case ReduceKind::kMean: return "mean";
-    case ReduceKind::kMax: return "amax";
-    case ReduceKind::kMin: return "amin";
+    case ReduceKind::kSum:
+      return "sum";
+    case ReduceKind::kMean:
+      return "mean";
+    case ReduceKind::kMax:
+      return "amax";
+    case ReduceKind::kMin:
+      return "amin";
   }
   return "sum";
 }
@@ -271,8 +287,9 @@ ReduceCall read_reduce_call(ReduceKind kind, const OpArgs& args, const TensorTyp
   // The full reductions aten::sum(Tensor self, *, ScalarType? dtype) and
   // aten::mean(...) have no dim and no keepdim: every dim, not kept.
   const bool full = args.schema().argument_index("dim") < 0;
-  const std::optional<std::vector<int64_t>> dims =
-      full ? std::nullopt : has_dtype ? args.get_optional_int_list("dim") : args.get_int_list("dim");
+  const std::optional<std::vector<int64_t>> dims = full        ? std::nullopt
+                                                   : has_dtype ? args.get_optional_int_list("dim")
+                                                               : args.get_int_list("dim");
   if (!has_dtype && numel(input.shape) == 0) {
     check_reducible_when_empty(reduce_name(kind), *dims, input.shape);
   }
@@ -293,9 +310,10 @@ ReduceCall read_reduce_call(ReduceKind kind, const OpArgs& args, const TensorTyp
     call.dtype = input.dtype;
   }
   if (kind == ReduceKind::kMean && !is_floating(call.dtype)) {
-    throw Error(fmt::format("mean(): could not infer output dtype. {} dtype must be either a "
-                            "floating point or complex dtype. Got: {}",
-                            dtype_given ? "Optional" : "Input", scalar_type_name(call.dtype)));
+    throw Error(
+        fmt::format("mean(): could not infer output dtype. {} dtype must be either a "
+                    "floating point or complex dtype. Got: {}",
+                    dtype_given ? "Optional" : "Input", scalar_type_name(call.dtype)));
   }
   return call;
 }
@@ -324,8 +342,7 @@ DenseTensor sum_kernel(const DenseTensor& input, const ReduceCall& call, bool me
           y[i] = store<O>(value);
         } else {
           // The mean of nothing is NaN, as in PyTorch.
-          y[i] = store<O>(count > 0 ? static_cast<double>(value) / count
-                                    : std::numeric_limits<double>::quiet_NaN());
+          y[i] = store<O>(count > 0 ? static_cast<double>(value) / count : std::numeric_limits<double>::quiet_NaN());
         }
       }
     });
@@ -359,21 +376,24 @@ void add_reduction(OpRegistry& registry, std::string_view schema, ReduceKind kin
     const ReduceCall call = read_reduce_call(kind, args, in[0]);
     return std::vector<TensorType>{{call.dtype, call.shape}};
   };
-  def.sharding_rule = [kind](const OpArgs& args, std::span<const TensorType> in,
-                             std::span<const TensorType> out) {
+  def.sharding_rule = [kind](const OpArgs& args, std::span<const TensorType> in, std::span<const TensorType> out) {
     const ReduceCall call = read_reduce_call(kind, args, in[0]);
     const ReduceOp reduction = kind == ReduceKind::kMax   ? ReduceOp::kMax
-                                  : kind == ReduceKind::kMin ? ReduceOp::kMin
-                                                             : ReduceOp::kSum;
+                               : kind == ReduceKind::kMin ? ReduceOp::kMin
+                                                          : ReduceOp::kSum;
     return reduction_rule(call.reduced, call.keepdim, in, out, FactorKind::kReduction, reduction);
   };
   def.kernel = [kind](const OpArgs& args, std::span<const DenseTensor> in) {
     const ReduceCall call = read_reduce_call(kind, args, {in[0].dtype(), in[0].shape()});
     switch (kind) {
-      case ReduceKind::kSum: return std::vector<DenseTensor>{sum_kernel(in[0], call, false)};
-      case ReduceKind::kMean: return std::vector<DenseTensor>{sum_kernel(in[0], call, true)};
-      case ReduceKind::kMax: return std::vector<DenseTensor>{extremum_kernel<MaxOp>(in[0], call)};
-      case ReduceKind::kMin: return std::vector<DenseTensor>{extremum_kernel<MinOp>(in[0], call)};
+      case ReduceKind::kSum:
+        return std::vector<DenseTensor>{sum_kernel(in[0], call, false)};
+      case ReduceKind::kMean:
+        return std::vector<DenseTensor>{sum_kernel(in[0], call, true)};
+      case ReduceKind::kMax:
+        return std::vector<DenseTensor>{extremum_kernel<MaxOp>(in[0], call)};
+      case ReduceKind::kMin:
+        return std::vector<DenseTensor>{extremum_kernel<MinOp>(in[0], call)};
     }
     return std::vector<DenseTensor>{};
   };
@@ -472,18 +492,15 @@ void register_argmax(OpRegistry& registry) {
   def.infer = [](const OpArgs& args, std::span<const TensorType> in) {
     return std::vector<TensorType>{{DType::kI64, read_argmax_call(args, in[0]).shape}};
   };
-  def.sharding_rule = [](const OpArgs& args, std::span<const TensorType> in,
-                         std::span<const TensorType> out) {
+  def.sharding_rule = [](const OpArgs& args, std::span<const TensorType> in, std::span<const TensorType> out) {
     const ArgmaxCall call = read_argmax_call(args, in[0]);
-    return reduction_rule(call.reduced, call.keepdim, in, out, FactorKind::kNeedReplication,
-                          ReduceOp::kSum);
+    return reduction_rule(call.reduced, call.keepdim, in, out, FactorKind::kNeedReplication, ReduceOp::kSum);
   };
   def.kernel = [](const OpArgs& args, std::span<const DenseTensor> in) {
     const ArgmaxCall call = read_argmax_call(args, {in[0].dtype(), in[0].shape()});
     return std::vector<DenseTensor>{argmax_kernel(in[0], call)};
   };
-  registry.add("aten::argmax(Tensor self, int? dim=None, bool keepdim=False) -> Tensor",
-               std::move(def));
+  registry.add("aten::argmax(Tensor self, int? dim=None, bool keepdim=False) -> Tensor", std::move(def));
 }
 
 // -------------------------------------------------------------------- topk
@@ -496,7 +513,7 @@ struct TopkCall {
   int64_t k = 0;
   int64_t dim = 0;  // wrapped
   bool largest = true;
-  Shape shape;      // of both results
+  Shape shape;  // of both results
 };
 
 TopkCall read_topk_call(const OpArgs& args, const TensorType& input) {
@@ -580,9 +597,10 @@ void register_topk(OpRegistry& registry) {
   def.kernel = [](const OpArgs& args, std::span<const DenseTensor> in) {
     return topk_kernel(in[0], read_topk_call(args, {in[0].dtype(), in[0].shape()}));
   };
-  registry.add("aten::topk(Tensor self, SymInt k, int dim=-1, bool largest=True, bool sorted=True) -> "
-               "(Tensor values, Tensor indices)",
-               std::move(def));
+  registry.add(
+      "aten::topk(Tensor self, SymInt k, int dim=-1, bool largest=True, bool sorted=True) -> "
+      "(Tensor values, Tensor indices)",
+      std::move(def));
 }
 
 // ------------------------------------------------------ softmax, log_softmax
@@ -678,8 +696,7 @@ void add_softmax(OpRegistry& registry, std::string_view schema, bool log) {
     return std::vector<TensorType>{{read_softmax_call(args, in[0], log).dtype, in[0].shape}};
   };
   // Every dim pass-through except the softmax dim, which needs the whole row.
-  def.sharding_rule = [log](const OpArgs& args, std::span<const TensorType> in,
-                            std::span<const TensorType> out) {
+  def.sharding_rule = [log](const OpArgs& args, std::span<const TensorType> in, std::span<const TensorType> out) {
     const SoftmaxCall call = read_softmax_call(args, in[0], log);
     RuleBuilder builder(in, out);
     for (int64_t d = 0; d < in[0].rank(); ++d) {
@@ -711,16 +728,12 @@ void register_reduction_ops(OpRegistry& registry) {
   // mean(x) without a dim (AOTAutograd records them so).
   add_reduction(registry, "aten::sum(Tensor self, *, ScalarType? dtype=None) -> Tensor", ReduceKind::kSum);
   add_reduction(registry, "aten::mean(Tensor self, *, ScalarType? dtype=None) -> Tensor", ReduceKind::kMean);
-  add_reduction(registry, "aten::amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor",
-                ReduceKind::kMax);
-  add_reduction(registry, "aten::amin(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor",
-                ReduceKind::kMin);
+  add_reduction(registry, "aten::amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor", ReduceKind::kMax);
+  add_reduction(registry, "aten::amin(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor", ReduceKind::kMin);
   register_argmax(registry);
   register_topk(registry);
-  add_softmax(registry, "aten::softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor",
-              false);
-  add_softmax(registry,
-              "aten::log_softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor", true);
+  add_softmax(registry, "aten::softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor", false);
+  add_softmax(registry, "aten::log_softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor", true);
 }
 
 }  // namespace shardflow::ops

@@ -39,9 +39,7 @@ namespace {
 // ---------------------------------------------------------------- helpers
 
 // Sizes as PyTorch prints them in messages: "[2, 5]".
-std::string sizes_text(std::span<const int64_t> sizes) {
-  return "[" + join_ints(sizes, ", ") + "]";
-}
+std::string sizes_text(std::span<const int64_t> sizes) { return "[" + join_ints(sizes, ", ") + "]"; }
 
 std::size_t to_index(int64_t value) { return static_cast<std::size_t>(value); }
 
@@ -100,8 +98,7 @@ StridedView simplified(const StridedView& view) {
 // take that path, and keeps_element_order asks the same question.
 bool reads_all_in_order(const StridedView& view, const Shape& source) {
   const StridedView flat = simplified(view);
-  const bool in_order = flat.offset == 0 && (flat.shape.empty() ||
-                                             (flat.shape.size() == 1 && flat.strides[0] == 1));
+  const bool in_order = flat.offset == 0 && (flat.shape.empty() || (flat.shape.size() == 1 && flat.strides[0] == 1));
   return in_order && numel(view.shape) == numel(source);
 }
 
@@ -127,10 +124,18 @@ DenseTensor view_or_copy(const DenseTensor& src, const StridedView& view) {
       std::memcpy(dst, src_row, to_index(n) * size);
     } else {
       switch (size) {
-        case 1: gather_row<1>(src_row, step, n, dst); break;
-        case 2: gather_row<2>(src_row, step, n, dst); break;
-        case 4: gather_row<4>(src_row, step, n, dst); break;
-        default: gather_row<8>(src_row, step, n, dst); break;
+        case 1:
+          gather_row<1>(src_row, step, n, dst);
+          break;
+        case 2:
+          gather_row<2>(src_row, step, n, dst);
+          break;
+        case 4:
+          gather_row<4>(src_row, step, n, dst);
+          break;
+        default:
+          gather_row<8>(src_row, step, n, dst);
+          break;
       }
     }
     dst += to_index(n) * size;
@@ -255,9 +260,8 @@ OpShardingRule reshape_rule(const OpArgs& args, std::span<const TensorType> inpu
 // result dim r keeps, -1 for a new dim. A kept dim shares one factor across
 // `operands` (input indices; all of one shape) and the result; a dropped dim
 // gets its own factor of `dropped` kind, a new dim its own pass-through one.
-OpShardingRule keep_dims_rule(std::span<const TensorType> inputs,
-                              std::span<const TensorType> outputs, std::span<const int> operands,
-                              const Dims& kept,
+OpShardingRule keep_dims_rule(std::span<const TensorType> inputs, std::span<const TensorType> outputs,
+                              std::span<const int> operands, const Dims& kept,
                               FactorKind dropped = FactorKind::kPassThrough) {
   RuleBuilder builder(inputs, outputs);
   const int64_t rank = inputs[to_index(operands[0])].rank();
@@ -273,8 +277,7 @@ OpShardingRule keep_dims_rule(std::span<const TensorType> inputs,
       continue;
     }
     drop_until(kept[r]);
-    builder.add_factor(dims_on(inputs.size(), operands, p), {static_cast<int>(r)},
-                       outputs[0].shape[r]);
+    builder.add_factor(dims_on(inputs.size(), operands, p), {static_cast<int>(r)}, outputs[0].shape[r]);
     ++p;
   }
   drop_until(rank);
@@ -284,8 +287,7 @@ OpShardingRule keep_dims_rule(std::span<const TensorType> inputs,
 // Every dim shared by `operands` (input indices) and the result, except
 // `dim` (-1: none): there each operand gets its own factor of `kind` and the
 // result its own pass-through factor (slice, cat).
-OpShardingRule shared_except_rule(std::span<const TensorType> inputs,
-                                  std::span<const TensorType> outputs,
+OpShardingRule shared_except_rule(std::span<const TensorType> inputs, std::span<const TensorType> outputs,
                                   std::span<const int> operands, int64_t dim, FactorKind kind) {
   RuleBuilder builder(inputs, outputs);
   for (int64_t d = 0; d < outputs[0].rank(); ++d) {
@@ -293,8 +295,7 @@ OpShardingRule shared_except_rule(std::span<const TensorType> inputs,
       for (int t : operands) builder.add_operand_only(t, static_cast<int>(d), kind);
       builder.add_result_only(0, static_cast<int>(d));
     } else {
-      builder.add_factor(dims_on(inputs.size(), operands, d), {static_cast<int>(d)},
-                         outputs[0].shape[to_index(d)]);
+      builder.add_factor(dims_on(inputs.size(), operands, d), {static_cast<int>(d)}, outputs[0].shape[to_index(d)]);
     }
   }
   return builder.build();
@@ -324,9 +325,10 @@ Shape infer_size(std::span<const int64_t> shape, int64_t count) {
   if (count == known || (inferred && known > 0 && count % known == 0)) {
     if (inferred) {
       if (known == 0) {
-        throw Error(fmt::format("cannot reshape tensor of 0 elements into shape {} because the "
-                                "unspecified dimension size -1 can be any value and is ambiguous",
-                                sizes_text(shape)));
+        throw Error(
+            fmt::format("cannot reshape tensor of 0 elements into shape {} because the "
+                        "unspecified dimension size -1 can be any value and is ambiguous",
+                        sizes_text(shape)));
       }
       result[*inferred] = count / known;
     }
@@ -370,9 +372,8 @@ OpDef same_bytes_def(ShapeOf shape_of) {
 
 void register_reshape_ops(OpRegistry& r) {
   // On dense tensors view never needs a copy, so view is reshape.
-  for (const auto& [schema, name] :
-       {std::pair{"aten::reshape(Tensor(a) self, SymInt[] shape) -> Tensor(a)", "shape"},
-        std::pair{"aten::view(Tensor(a) self, SymInt[] size) -> Tensor(a)", "size"}}) {
+  for (const auto& [schema, name] : {std::pair{"aten::reshape(Tensor(a) self, SymInt[] shape) -> Tensor(a)", "shape"},
+                                     std::pair{"aten::view(Tensor(a) self, SymInt[] size) -> Tensor(a)", "size"}}) {
     OpDef def = same_bytes_def([name = std::string(name)](const OpArgs& args, const Shape& in) {
       return infer_size(args.get_int_list(name), numel(in));
     });
@@ -383,8 +384,7 @@ void register_reshape_ops(OpRegistry& r) {
 
   OpDef flatten = same_bytes_def(flatten_shape);
   flatten.sharding_rule = reshape_rule;
-  r.add("aten::flatten.using_ints(Tensor(a) self, int start_dim=0, int end_dim=-1) -> Tensor(a)",
-        std::move(flatten));
+  r.add("aten::flatten.using_ints(Tensor(a) self, int start_dim=0, int end_dim=-1) -> Tensor(a)", std::move(flatten));
 }
 
 // ------------------------------------------------------ squeeze, unsqueeze
@@ -400,11 +400,9 @@ Shape kept_shape(const Shape& in, const Dims& kept) {
 // operand dim each result dim is (see keep_dims_rule).
 template <class KeptOf>
 void add_keep_dims(OpRegistry& r, std::string_view schema, KeptOf kept_of) {
-  OpDef def = same_bytes_def([kept_of](const OpArgs& args, const Shape& in) {
-    return kept_shape(in, kept_of(args, in));
-  });
-  def.sharding_rule = [kept_of](const OpArgs& args, std::span<const TensorType> in,
-                                std::span<const TensorType> out) {
+  OpDef def =
+      same_bytes_def([kept_of](const OpArgs& args, const Shape& in) { return kept_shape(in, kept_of(args, in)); });
+  def.sharding_rule = [kept_of](const OpArgs& args, std::span<const TensorType> in, std::span<const TensorType> out) {
     const int self = args.tensor("self");
     return keep_dims_rule(in, out, {&self, 1}, kept_of(args, input(args, in).shape));
   };
@@ -442,9 +440,11 @@ Dims permute_dims(const OpArgs& args, int64_t rank) {
   const std::vector<int64_t> dims = args.get_int_list("dims");
   if (static_cast<int64_t>(dims.size()) != rank) {
     // PyTorch's wording, "(sparse_coo)" included, for dense tensors too.
-    throw Error(fmt::format("permute(sparse_coo): number of dimensions in the tensor input does "
-                            "not match the length of the desired ordering of dimensions i.e. "
-                            "input.dim() = {} is not equal to len(dims) = {}", rank, dims.size()));
+    throw Error(
+        fmt::format("permute(sparse_coo): number of dimensions in the tensor input does "
+                    "not match the length of the desired ordering of dimensions i.e. "
+                    "input.dim() = {} is not equal to len(dims) = {}",
+                    rank, dims.size()));
   }
   Dims perm;
   std::vector<bool> seen(to_index(rank), false);
@@ -490,16 +490,14 @@ void add_permute(OpRegistry& r, std::string_view schema, PermOf perm_of) {
     for (int64_t d : perm_of(args, self.rank())) shape.push_back(self.shape[to_index(d)]);
     return std::vector<TensorType>{{self.dtype, shape}};
   };
-  def.sharding_rule = [perm_of](const OpArgs& args, std::span<const TensorType> in,
-                                std::span<const TensorType> out) {
+  def.sharding_rule = [perm_of](const OpArgs& args, std::span<const TensorType> in, std::span<const TensorType> out) {
     const int self = args.tensor("self");
     const TensorType& type = input(args, in);
     const Dims perm = perm_of(args, type.rank());
     RuleBuilder builder(in, out);
     for (int64_t d = 0; d < type.rank(); ++d) {
       const auto k = std::find(perm.begin(), perm.end(), d) - perm.begin();
-      builder.add_factor(dims_on(in.size(), {&self, 1}, d), {static_cast<int>(k)},
-                         type.shape[to_index(d)]);
+      builder.add_factor(dims_on(in.size(), {&self, 1}, d), {static_cast<int>(k)}, type.shape[to_index(d)]);
     }
     return builder.build();
   };
@@ -508,8 +506,7 @@ void add_permute(OpRegistry& r, std::string_view schema, PermOf perm_of) {
     return std::vector<DenseTensor>{view_or_copy(self, permuted_view(self.shape(), perm_of(args, self.rank())))};
   };
   // True when only size-1 dims move: [B,1,H,D] -> [B,H,1,D].
-  def.keeps_element_order = [perm_of](const OpArgs& args, std::span<const TensorType> in,
-                                      std::span<const TensorType>) {
+  def.keeps_element_order = [perm_of](const OpArgs& args, std::span<const TensorType> in, std::span<const TensorType>) {
     const TensorType& self = input(args, in);
     return reads_all_in_order(permuted_view(self.shape, perm_of(args, self.rank())), self.shape);
   };
@@ -525,10 +522,11 @@ Shape expand_shape(const OpArgs& args, const TensorType& in) {
   const int64_t rank = in.rank();
   const auto out_rank = static_cast<int64_t>(sizes.size());
   if (out_rank < rank) {
-    throw Error(fmt::format("expand(torch.{}Tensor{{{}}}, size={}): the number of sizes provided "
-                            "({}) must be greater or equal to the number of dimensions in the "
-                            "tensor ({})", scalar_type_name(in.dtype), sizes_text(in.shape),
-                            sizes_text(sizes), out_rank, rank));
+    throw Error(
+        fmt::format("expand(torch.{}Tensor{{{}}}, size={}): the number of sizes provided "
+                    "({}) must be greater or equal to the number of dimensions in the "
+                    "tensor ({})",
+                    scalar_type_name(in.dtype), sizes_text(in.shape), sizes_text(sizes), out_rank, rank));
   }
   Shape shape(sizes.size());
   for (int64_t r = 0; r < out_rank; ++r) {
@@ -537,20 +535,22 @@ Shape expand_shape(const OpArgs& args, const TensorType& in) {
     int64_t target = sizes[to_index(r)];
     if (target == -1) {
       if (d < 0) {
-        throw Error(fmt::format("The expanded size of the tensor (-1) isn't allowed in a leading, "
-                                "non-existing dimension {}", r));
+        throw Error(
+            fmt::format("The expanded size of the tensor (-1) isn't allowed in a leading, "
+                        "non-existing dimension {}",
+                        r));
       }
       target = size;
     }
     if (target < 0) {
-      throw Error(fmt::format("Trying to create tensor with negative dimension {}: {}", target,
-                              sizes_text(sizes)));
+      throw Error(fmt::format("Trying to create tensor with negative dimension {}: {}", target, sizes_text(sizes)));
     }
     if (size != target && size != 1) {
-      throw Error(fmt::format("The expanded size of the tensor ({}) must match the existing size "
-                              "({}) at non-singleton dimension {}.  Target sizes: {}.  Tensor "
-                              "sizes: {}", target, size, r, sizes_text(sizes),
-                              sizes_text(in.shape)));
+      throw Error(
+          fmt::format("The expanded size of the tensor ({}) must match the existing size "
+                      "({}) at non-singleton dimension {}.  Target sizes: {}.  Tensor "
+                      "sizes: {}",
+                      target, size, r, sizes_text(sizes), sizes_text(in.shape)));
     }
     shape[to_index(r)] = target;
   }
@@ -583,8 +583,7 @@ void register_expand(OpRegistry& registry) {
   // size-1 factor and the result dim its own (each shard of it can be made
   // locally); new leading dims are result-only:
   //   f32[3,1] -> [2,3,4]: ([j, k])->([i, j, l]) {i=2, j=3, k=1, l=4}
-  def.sharding_rule = [](const OpArgs& args, std::span<const TensorType> in,
-                         std::span<const TensorType> out) {
+  def.sharding_rule = [](const OpArgs& args, std::span<const TensorType> in, std::span<const TensorType> out) {
     const int self = args.tensor("self");
     const Shape& shape = input(args, in).shape;
     RuleBuilder builder(in, out);
@@ -612,8 +611,7 @@ void register_expand(OpRegistry& registry) {
     return reads_all_in_order(expanded_view(self.shape, expand_shape(args, self)), self.shape);
   };
   def.output_shape_arg = "size";
-  registry.add("aten::expand(Tensor(a) self, SymInt[] size, *, bool implicit=False) -> Tensor(a)",
-               std::move(def));
+  registry.add("aten::expand(Tensor(a) self, SymInt[] size, *, bool implicit=False) -> Tensor(a)", std::move(def));
 }
 
 // ---------------------------------------------------------- slice, select
@@ -656,8 +654,8 @@ SelectIndex select_index(const OpArgs& args, const Shape& in) {
   const int64_t size = in[to_index(dim)];
   const int64_t index = args.get_int("index");
   if (index >= size || index < -size) {
-    throw Error(fmt::format("select(): index {} out of range for tensor of size {} at dimension {}",
-                            index, sizes_text(in), dim));
+    throw Error(fmt::format("select(): index {} out of range for tensor of size {} at dimension {}", index,
+                            sizes_text(in), dim));
   }
   return {dim, index < 0 ? index + size : index};
 }
@@ -676,21 +674,18 @@ void register_slice_select(OpRegistry& r) {
   slice.linearity = Linearity::kLinear;
   slice.infer = [](const OpArgs& args, std::span<const TensorType> in) {
     const TensorType& self = input(args, in);
-    return std::vector<TensorType>{
-        {self.dtype, slice_shape(self.shape, slice_bounds(args, self.shape))}};
+    return std::vector<TensorType>{{self.dtype, slice_shape(self.shape, slice_bounds(args, self.shape))}};
   };
   // A slice that keeps the whole dim (the result dim as long as the operand's:
   // start 0, end >= size and step 1, or a size-0 or size-1 dim kept whole)
   // shares it. Otherwise which elements a shard needs depends on the bounds:
   // the operand dim needs replication and the result dim is cut locally.
-  slice.sharding_rule = [](const OpArgs& args, std::span<const TensorType> in,
-                           std::span<const TensorType> out) {
+  slice.sharding_rule = [](const OpArgs& args, std::span<const TensorType> in, std::span<const TensorType> out) {
     const int self = args.tensor("self");
     const Shape& shape = input(args, in).shape;
     const SliceBounds bounds = slice_bounds(args, shape);
     const bool whole = bounds.length == shape[to_index(bounds.dim)];
-    return shared_except_rule(in, out, {&self, 1}, whole ? -1 : bounds.dim,
-                              FactorKind::kNeedReplication);
+    return shared_except_rule(in, out, {&self, 1}, whole ? -1 : bounds.dim, FactorKind::kNeedReplication);
   };
   slice.kernel = [](const OpArgs& args, std::span<const DenseTensor> in) {
     const DenseTensor& self = input(args, in);
@@ -701,9 +696,10 @@ void register_slice_select(OpRegistry& r) {
     const StridedView view{offset, slice_shape(self.shape(), bounds), std::move(strides)};
     return std::vector<DenseTensor>{view_or_copy(self, view)};
   };
-  r.add("aten::slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, "
-        "SymInt step=1) -> Tensor(a)",
-        std::move(slice));
+  r.add(
+      "aten::slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, "
+      "SymInt step=1) -> Tensor(a)",
+      std::move(slice));
 
   OpDef select;
   select.family = OpFamily::kMovement;
@@ -716,13 +712,11 @@ void register_slice_select(OpRegistry& r) {
   };
   // The selected dim is gone from the result; every shard needs the one
   // selected row, so the operand dim needs replication.
-  select.sharding_rule = [](const OpArgs& args, std::span<const TensorType> in,
-                            std::span<const TensorType> out) {
+  select.sharding_rule = [](const OpArgs& args, std::span<const TensorType> in, std::span<const TensorType> out) {
     const int self = args.tensor("self");
     const TensorType& type = input(args, in);
     const SelectIndex at = select_index(args, type.shape);
-    return keep_dims_rule(in, out, {&self, 1}, all_but(type.rank(), at.dim),
-                          FactorKind::kNeedReplication);
+    return keep_dims_rule(in, out, {&self, 1}, all_but(type.rank(), at.dim), FactorKind::kNeedReplication);
   };
   select.kernel = [](const OpArgs& args, std::span<const DenseTensor> in) {
     const DenseTensor& self = input(args, in);
@@ -753,23 +747,23 @@ TensorType cat_type(const OpArgs& args, std::span<const TensorType> all) {
   if (in.empty()) throw Error("torch.cat(): expected a non-empty list of Tensors");
   for (std::size_t t = 0; t < in.size(); ++t) {
     if (in[t].rank() == 0) {
-      throw Error(
-          fmt::format("zero-dimensional tensor (at position {}) cannot be concatenated", t));
+      throw Error(fmt::format("zero-dimensional tensor (at position {}) cannot be concatenated", t));
     }
   }
   const int64_t dim = wrap_dim(args.get_int("dim"), in[0].rank());
   Shape shape = in[0].shape;
   for (std::size_t t = 1; t < in.size(); ++t) {
     if (in[t].rank() != in[0].rank()) {
-      throw Error(fmt::format("Tensors must have same number of dimensions: got {} and {}",
-                              in[0].rank(), in[t].rank()));
+      throw Error(
+          fmt::format("Tensors must have same number of dimensions: got {} and {}", in[0].rank(), in[t].rank()));
     }
     for (int64_t d = 0; d < in[0].rank(); ++d) {
       const int64_t expected = in[0].shape[to_index(d)], got = in[t].shape[to_index(d)];
       if (d != dim && got != expected) {
-        throw Error(fmt::format("Sizes of tensors must match except in dimension {}. Expected size "
-                                "{} but got size {} for tensor number {} in the list.", dim,
-                                expected, got, t));
+        throw Error(
+            fmt::format("Sizes of tensors must match except in dimension {}. Expected size "
+                        "{} but got size {} for tensor number {} in the list.",
+                        dim, expected, got, t));
       }
     }
     shape[to_index(dim)] += in[t].shape[to_index(dim)];
@@ -783,9 +777,10 @@ TensorType stack_type(const OpArgs& args, std::span<const TensorType> all) {
   const int64_t dim = wrap_dim(args.get_int("dim"), in[0].rank() + 1);
   for (std::size_t t = 1; t < in.size(); ++t) {
     if (in[t].shape != in[0].shape) {
-      throw Error(fmt::format("stack expects each tensor to be equal size, but got {} at entry 0 "
-                              "and {} at entry {}", sizes_text(in[0].shape),
-                              sizes_text(in[t].shape), t));
+      throw Error(
+          fmt::format("stack expects each tensor to be equal size, but got {} at entry 0 "
+                      "and {} at entry {}",
+                      sizes_text(in[0].shape), sizes_text(in[t].shape), t));
     }
   }
   Shape shape = in[0].shape;
@@ -794,17 +789,14 @@ TensorType stack_type(const OpArgs& args, std::span<const TensorType> all) {
 }
 
 // The listed inputs, cast to the result's dtype.
-std::vector<DenseTensor> cast_all(const OpArgs& args, std::span<const DenseTensor> all,
-                                  DType dtype) {
+std::vector<DenseTensor> cast_all(const OpArgs& args, std::span<const DenseTensor> all, DType dtype) {
   std::vector<DenseTensor> inputs;
   for (const DenseTensor& t : listed(args, all)) inputs.push_back(cast(t, dtype));
   return inputs;
 }
 
 // The number of index combinations of the dims before `dim`.
-int64_t outer_count(const Shape& shape, int64_t dim) {
-  return numel(std::span(shape).first(to_index(dim)));
-}
+int64_t outer_count(const Shape& shape, int64_t dim) { return numel(std::span(shape).first(to_index(dim))); }
 
 void register_cat_stack(OpRegistry& r) {
   OpDef cat;
@@ -816,8 +808,7 @@ void register_cat_stack(OpRegistry& r) {
   // Where an operand's rows land depends on the sizes of the operands before
   // it, so the cat dim of each operand needs replication; the result's cat
   // dim is cut locally. The other dims are shared by all.
-  cat.sharding_rule = [](const OpArgs& args, std::span<const TensorType> in,
-                         std::span<const TensorType> out) {
+  cat.sharding_rule = [](const OpArgs& args, std::span<const TensorType> in, std::span<const TensorType> out) {
     const std::vector<int>& operands = args.tensor_list("tensors");
     const int64_t dim = wrap_dim(args.get_int("dim"), out[0].rank());
     return shared_except_rule(in, out, operands, dim, FactorKind::kNeedReplication);
@@ -840,8 +831,7 @@ void register_cat_stack(OpRegistry& r) {
     return std::vector<TensorType>{stack_type(args, in)};
   };
   // The new dim is the result's alone; every other dim is shared.
-  stack.sharding_rule = [](const OpArgs& args, std::span<const TensorType> in,
-                           std::span<const TensorType> out) {
+  stack.sharding_rule = [](const OpArgs& args, std::span<const TensorType> in, std::span<const TensorType> out) {
     const std::vector<int>& operands = args.tensor_list("tensors");
     const int64_t dim = wrap_dim(args.get_int("dim"), out[0].rank());
     Dims kept = all_but(out[0].rank() - 1, -1);
@@ -866,8 +856,7 @@ void register_shape_ops(OpRegistry& registry) {
   add_keep_dims(registry, "aten::squeeze.dim(Tensor(a) self, int dim) -> Tensor(a)", squeeze_kept);
   add_keep_dims(registry, "aten::unsqueeze(Tensor(a) self, int dim) -> Tensor(a)", unsqueeze_kept);
   add_permute(registry, "aten::permute(Tensor(a) self, int[] dims) -> Tensor(a)", permute_dims);
-  add_permute(registry, "aten::transpose.int(Tensor(a) self, int dim0, int dim1) -> Tensor(a)",
-              transpose_dims);
+  add_permute(registry, "aten::transpose.int(Tensor(a) self, int dim0, int dim1) -> Tensor(a)", transpose_dims);
   register_expand(registry);
   register_slice_select(registry);
   register_cat_stack(registry);

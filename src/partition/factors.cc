@@ -42,8 +42,7 @@ const std::vector<int>& offered_axes(const FactorOffer& offer, std::size_t f) {
 // shardings of its factors that are blocks of the dim: every sharded factor
 // divides evenly, and a factor is sharded only if the factors before it are
 // sharded whole. Clears factor axes until every tensor can represent them.
-void make_representable(const OpShardingRule& rule, std::vector<std::vector<int>>& factor_axes,
-                        const Mesh& mesh) {
+void make_representable(const OpShardingRule& rule, std::vector<std::vector<int>>& factor_axes, const Mesh& mesh) {
   const auto size_of = [&](const std::vector<int>& axes) {
     int64_t size = 1;
     for (int axis : axes) size *= mesh.axis_size(axis);
@@ -80,10 +79,9 @@ void make_representable(const OpShardingRule& rule, std::vector<std::vector<int>
 // result. The slice would copy 1/n of the operand on every run while the
 // op reads a few rows of it; computing on the operand's layout and slicing
 // the small result instead costs next to nothing.
-bool slices_a_picked_from_operand(const OpShardingRule& rule,
-                                         const std::vector<FactorOffer>& offered,
-                                         const std::vector<Value*>& operands, std::size_t f,
-                                         const std::vector<int>& wanted, const Value* result) {
+bool slices_a_picked_from_operand(const OpShardingRule& rule, const std::vector<FactorOffer>& offered,
+                                  const std::vector<Value*>& operands, std::size_t f, const std::vector<int>& wanted,
+                                  const Value* result) {
   for (std::size_t o = 0; o < operands.size(); ++o) {
     bool has_f = false, picked_from = false;
     for (const std::vector<int>& factors : rule.operands[o]) {
@@ -230,8 +228,8 @@ std::vector<std::vector<int>> factors_for_plan(const FactorChoice& c, FactorPlan
       if (rule.factors[f].kind != FactorKind::kReduction) continue;
       std::optional<std::vector<int>> agreed;
       bool all_agree = true;
-      std::vector<std::size_t> whole;  // operands that have the factor's dim whole
-      bool every_operand_has_it = true;   // else it stays whole (see the addend check below)
+      std::vector<std::size_t> whole;    // operands that have the factor's dim whole
+      bool every_operand_has_it = true;  // else it stays whole (see the addend check below)
       for (std::size_t o = 0; o < operands.size(); ++o) {
         const bool has = has_factor(rule.operands[o], f);
         every_operand_has_it = every_operand_has_it && (has || static_cast<int>(o) == c.addend);

@@ -86,7 +86,8 @@ HaloSchedule halo_schedule(const Mesh& mesh, int64_t size, const std::vector<int
     for (int64_t source_tile = begin / held; begin < end && source_tile * held < end; ++source_tile) {
       if (source_tile == own) continue;
       const int64_t source = group.member(group.with_tile(coords, before, source_tile));
-      transfers.push_back({source, target, std::max(begin, source_tile * held), std::min(end, (source_tile + 1) * held)});
+      transfers.push_back(
+          {source, target, std::max(begin, source_tile * held), std::min(end, (source_tile + 1) * held)});
     }
   }
   // Rounds, first fit: a member sends at most once and receives at most once
@@ -95,7 +96,7 @@ HaloSchedule halo_schedule(const Mesh& mesh, int64_t size, const std::vector<int
   for (const HaloTransfer& transfer : transfers) {
     std::size_t round = 0;
     while (round < schedule.rounds.size() && (sending[round][static_cast<std::size_t>(transfer.source)] ||
-                                               receiving[round][static_cast<std::size_t>(transfer.target)])) {
+                                              receiving[round][static_cast<std::size_t>(transfer.target)])) {
       ++round;
     }
     if (round == schedule.rounds.size()) {

@@ -24,7 +24,8 @@ std::pair<int, int> first_operand_dim(const OpShardingRule& rule, int f) {
   for (std::size_t o = 0; o < rule.operands.size(); ++o) {
     for (std::size_t d = 0; d < rule.operands[o].size(); ++d) {
       const std::vector<int>& factors = rule.operands[o][d];
-      if (std::find(factors.begin(), factors.end(), f) != factors.end()) return {static_cast<int>(o), static_cast<int>(d)};
+      if (std::find(factors.begin(), factors.end(), f) != factors.end())
+        return {static_cast<int>(o), static_cast<int>(d)};
     }
   }
   return {-1, 0};
@@ -155,10 +156,11 @@ Partitioner::ShardedIndex Partitioner::sharded_index(const Node& node, const OpS
     }
     const Value* source = node.inputs()[static_cast<std::size_t>(index.input)];
     if (reason.empty() && !index.write) {
-      reason = fmt::format("{} looks up dim {} of %{}, sharded on {} by {}: each device gives the rows its shard "
-                           "holds and zeros for the others",
-                           node_text(node), index.dim, source->name(), builder_.axes_text(factor_axes[f]),
-                           origin_text(source, index.dim));
+      reason = fmt::format(
+          "{} looks up dim {} of %{}, sharded on {} by {}: each device gives the rows its shard "
+          "holds and zeros for the others",
+          node_text(node), index.dim, source->name(), builder_.axes_text(factor_axes[f]),
+          origin_text(source, index.dim));
     }
   }
   return index;

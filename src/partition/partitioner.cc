@@ -31,14 +31,14 @@
 
 namespace shardflow {
 
-using partition_detail::factors_for_plan;
 using partition_detail::DimAxes;
 using partition_detail::effective_axes;
 using partition_detail::FactorChoice;
 using partition_detail::FactorPlan;
+using partition_detail::factors_for_plan;
+using partition_detail::LocalValue;
 using partition_detail::padded_shape;
 using partition_detail::ProgramBuilder;
-using partition_detail::LocalValue;
 using partition_detail::ReshardReason;
 
 Shape local_shape(const Shape& global, const Sharding& sharding) {
@@ -88,13 +88,13 @@ std::string Partitioner::node_text(const Node& node) const {
 std::string Partitioner::origin_text(const Value* value, int dim) const {
   const ShardingOrigin& origin = shardings_.origin(value, dim);
   const auto rep = reps_.find(value);
-  const bool as_propagated = rep == reps_.end() || rep->second.dims[static_cast<std::size_t>(dim)] ==
-                                                       effective_axes(mesh_, shardings_.sharding(value))[static_cast<std::size_t>(dim)];
+  const bool as_propagated =
+      rep == reps_.end() || rep->second.dims[static_cast<std::size_t>(dim)] ==
+                                effective_axes(mesh_, shardings_.sharding(value))[static_cast<std::size_t>(dim)];
   if ((origin.source != nullptr && as_propagated) || value->producer() == nullptr) return origin.describe();
   // Propagation left the dim whole or gave it other axes; the partitioner
   // kept the producer's operands' layout because that moved fewer bytes.
-  return fmt::format("%{} {}, computed in its operands' layout", value->name(),
-                     value->producer()->op().full_name());
+  return fmt::format("%{} {}, computed in its operands' layout", value->name(), value->producer()->op().full_name());
 }
 
 const Value* Partitioner::alias_root(const Value* value) const {
@@ -125,15 +125,20 @@ bool Partitioner::keeps_partial(const Node& node, const std::vector<const LocalV
   // A non-finite number (mul by inf) turns parts of either sign into
   // infinities that add to NaN.
   for (const NodeArg& arg : node.args()) {
-    if (arg.is_constant() && arg.constant().kind() == Constant::Kind::kFloat && !std::isfinite(arg.constant().as_float())) {
+    if (arg.is_constant() && arg.constant().kind() == Constant::Kind::kFloat &&
+        !std::isfinite(arg.constant().as_float())) {
       return false;
     }
   }
   switch (node.op().linearity) {
-    case Linearity::kNone: return false;
-    case Linearity::kLinear: return operands.size() == 1;
-    case Linearity::kAdditive: return std::all_of(operands.begin(), operands.end(), same_partial);
-    case Linearity::kBilinear: return partial_count == 1;
+    case Linearity::kNone:
+      return false;
+    case Linearity::kLinear:
+      return operands.size() == 1;
+    case Linearity::kAdditive:
+      return std::all_of(operands.begin(), operands.end(), same_partial);
+    case Linearity::kBilinear:
+      return partial_count == 1;
   }
   return false;
 }
@@ -154,9 +159,9 @@ bool Partitioner::partials_stay(const Node& node, const std::vector<const LocalV
   return true;
 }
 
-std::vector<int> Partitioner::sharded_reduction_axes(
-    const OpShardingRule& rule, const std::vector<std::vector<int>>& factor_axes,
-    ReduceOp& reduction) {
+std::vector<int> Partitioner::sharded_reduction_axes(const OpShardingRule& rule,
+                                                     const std::vector<std::vector<int>>& factor_axes,
+                                                     ReduceOp& reduction) {
   std::vector<int> axes;
   for (std::size_t f = 0; f < rule.factors.size(); ++f) {
     if (!rule.leaves_partials(static_cast<int>(f)) || factor_axes[f].empty()) continue;
@@ -181,8 +186,7 @@ LocalValue Partitioner::new_result(const Node& node, const OpShardingRule& rule,
 
 double Partitioner::plan_cost(const Node& node, const OpShardingRule& rule,
                               const std::vector<const LocalValue*>& current, bool partials_kept,
-                              const std::vector<std::vector<int>>& factor_axes,
-                              OperandMoves operand_moves) {
+                              const std::vector<std::vector<int>>& factor_axes, OperandMoves operand_moves) {
   const ProgramBuilder::Mark mark = builder_.mark();
   const std::vector<Value*> operands = node.inputs();
   const ReshardReason why{nullptr, "", [](int) { return std::string(); }};
@@ -197,7 +201,8 @@ double Partitioner::plan_cost(const Node& node, const OpShardingRule& rule,
     if (!rep.unreduced.empty() && partials_kept) {
       partial_axes.insert(partial_axes.end(), rep.unreduced.begin(), rep.unreduced.end());
       rep.unreduced.clear();
-      if (rep.dims != wanted) partition_detail::emit_reshard(builder_, rep, wanted, type.shape, type.dtype, operand_why);
+      if (rep.dims != wanted)
+        partition_detail::emit_reshard(builder_, rep, wanted, type.shape, type.dtype, operand_why);
     } else if ((rep.dims != wanted || !rep.unreduced.empty()) &&
                !layouts_.contains({alias_root(operands[o]), wanted})) {
       const Value* root = alias_root(operands[o]);
@@ -205,8 +210,8 @@ double Partitioner::plan_cost(const Node& node, const OpShardingRule& rule,
           operand_moves == OperandMoves::kFromMadeLayouts && (rep.unreduced.empty() || reduced_.contains(root))
               ? cheapest_from_made(root, rep.unreduced.empty() ? current[o] : nullptr, wanted, type)
               : std::nullopt;
-      partition_detail::emit_reshard(builder_, found ? *found->source : rep, wanted, type.shape, type.dtype, operand_why,
-                                     nullptr, found ? &found->moves : nullptr);
+      partition_detail::emit_reshard(builder_, found ? *found->source : rep, wanted, type.shape, type.dtype,
+                                     operand_why, nullptr, found ? &found->moves : nullptr);
     }
   }
   const std::vector<int> reduced = sharded_reduction_axes(rule, factor_axes, reduction);
@@ -256,9 +261,10 @@ bool Partitioner::settle_operands(const Node& node, std::vector<const LocalValue
   return partials_kept;
 }
 
-std::vector<std::vector<int>> Partitioner::factors_of_cheapest_plan(
-    const Node& node, const OpPlanInputs& inputs, const std::vector<const LocalValue*>& current,
-    bool partials_kept, OperandMoves operand_moves, double* cost) {
+std::vector<std::vector<int>> Partitioner::factors_of_cheapest_plan(const Node& node, const OpPlanInputs& inputs,
+                                                                    const std::vector<const LocalValue*>& current,
+                                                                    bool partials_kept, OperandMoves operand_moves,
+                                                                    double* cost) {
   const FactorChoice choice{mesh_, shardings_, node, inputs.rule, current, partials_kept, inputs.addend};
   std::vector<std::vector<int>> factor_axes = factors_for_plan(choice, FactorPlan::kResultsThenOperands);
   double least = -1;
@@ -288,14 +294,16 @@ namespace {
 void assign_releases(PartitionedProgram& program) {
   std::vector<int64_t> last_reader(program.slots.size(), -1);
   for (std::size_t i = 0; i < program.instructions.size(); ++i) {
-    for (int slot : program.instructions[i].inputs) last_reader[static_cast<std::size_t>(slot)] = static_cast<int64_t>(i);
+    for (int slot : program.instructions[i].inputs)
+      last_reader[static_cast<std::size_t>(slot)] = static_cast<int64_t>(i);
   }
   for (int slot : program.output_slots) last_reader[static_cast<std::size_t>(slot)] = -1;
   for (std::size_t i = 0; i < program.instructions.size(); ++i) {
     Instruction& instruction = program.instructions[i];
     for (int slot : instruction.inputs) {
       const bool last = last_reader[static_cast<std::size_t>(slot)] == static_cast<int64_t>(i);
-      if (last && std::find(instruction.releases.begin(), instruction.releases.end(), slot) == instruction.releases.end()) {
+      if (last &&
+          std::find(instruction.releases.begin(), instruction.releases.end(), slot) == instruction.releases.end()) {
         instruction.releases.push_back(slot);
       }
     }

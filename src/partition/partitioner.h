@@ -56,8 +56,8 @@ struct LocalValue {
 // Why a value is being resharded: who needs it, and how to describe a dim's
 // current sharding.
 struct ReshardReason {
-  const Value* value = nullptr;      // the graph value
-  std::string consumer;              // "%9 aten::softmax.int", "the annotation at %4", "output 0"
+  const Value* value = nullptr;            // the graph value
+  std::string consumer;                    // "%9 aten::softmax.int", "the annotation at %4", "output 0"
   std::function<std::string(int)> origin;  // describes where dim d's current axes came from
   // A partial sum whose reduction other consumers reuse in other layouts.
   // The partitioner chooses that reduction for all of them; where the
@@ -80,9 +80,9 @@ std::vector<int> all_to_all_axes(const DimAxes& before, const DimAxes& after);
 struct LayoutMove {
   enum class Kind { kAllGather, kAllToAll, kSlice, kPermute, kReduceScatter, kAllReduce, kHalo };
   Kind kind;
-  DimAxes after;         // the layout it makes (all that tells an all-to-all)
-  int dim = -1;          // the dim gathered, sliced, scattered onto or halo-exchanged
-  std::size_t kept = 0;  // axes the gathered dim keeps
+  DimAxes after;             // the layout it makes (all that tells an all-to-all)
+  int dim = -1;              // the dim gathered, sliced, scattered onto or halo-exchanged
+  std::size_t kept = 0;      // axes the gathered dim keeps
   std::vector<int> reduced;  // the partial axes a reduction sums over, in scatter order
   bool operator==(const LayoutMove&) const = default;
 };
@@ -120,8 +120,7 @@ struct CheapestMoves {
 };
 std::optional<CheapestMoves> cheapest_moves(const Mesh& mesh, const Shape& global, DType dtype,
                                             const std::vector<DimAxes>& sources, const DimAxes& to,
-                                            const std::vector<int>& unreduced = {},
-                                            bool reduction_shared = false);
+                                            const std::vector<int>& unreduced = {}, bool reduction_shared = false);
 
 // Moves that always reach `to` from `from` (with partial sums over
 // `unreduced`), for a reshard too large to search: an all-reduce of the
@@ -141,8 +140,8 @@ struct FactorChoice {
   const Node& node;
   const OpShardingRule& rule;
   const std::vector<const LocalValue*>& current;  // the operands as they are now
-  bool partials_kept;                              // its partial operands stay partial
-  int addend;                                      // the operand counted once (linear's bias), or -1
+  bool partials_kept;                             // its partial operands stay partial
+  int addend;                                     // the operand counted once (linear's bias), or -1
 };
 
 // Where an op is computed: its results' layouts, filled in by what the

@@ -24,8 +24,7 @@ namespace shardflow::partition_detail {
 class Partitioner {
  public:
   Partitioner(const Graph& graph, const PropagationResult& shardings, PartitionedProgram& program)
-      : graph_(graph), shardings_(shardings), mesh_(*shardings.mesh()), builder_(program, mesh_),
-        program_(program) {}
+      : graph_(graph), shardings_(shardings), mesh_(*shardings.mesh()), builder_(program, mesh_), program_(program) {}
 
   void run();
 
@@ -129,8 +128,7 @@ class Partitioner {
   void add_annotations_ahead(const Value* value, const DimAxes& own, const Node* skip,
                              std::vector<LaterUse>& later) const;
 
-  void add_later_use(const Node& annotation, const DimAxes& own, const Node* skip,
-                     std::vector<LaterUse>& later) const;
+  void add_later_use(const Node& annotation, const DimAxes& own, const Node* skip, std::vector<LaterUse>& later) const;
 
   // The layouts the values of an annotation's result are wanted in next,
   // other than its own: annotations of the result (and of those, in turn),
@@ -209,8 +207,7 @@ class Partitioner {
   // when given, gets the chosen plan's plan_cost.
   std::vector<std::vector<int>> factors_of_cheapest_plan(const Node& node, const OpPlanInputs& inputs,
                                                          const std::vector<const LocalValue*>& current,
-                                                         bool partials_kept, OperandMoves operand_moves,
-                                                         double* cost);
+                                                         bool partials_kept, OperandMoves operand_moves, double* cost);
 
   // Lowers one op (lower_op.cc): its factor shardings, its operands moved
   // to them, padding masked, the local op.

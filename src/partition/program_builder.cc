@@ -32,9 +32,12 @@ void ProgramBuilder::rollback(const Mark& mark) {
 double ring_bytes_sent(CollectiveKind kind, double group_size, double bytes) {
   const double n = group_size;
   switch (kind) {
-    case CollectiveKind::kAllReduce: return 2 * (n - 1) / n * bytes;  // reduce-scatter + all-gather
-    case CollectiveKind::kCollectivePermute: return bytes;
-    default: return (n - 1) / n * bytes;  // reduce-scatter, all-gather, all-to-all
+    case CollectiveKind::kAllReduce:
+      return 2 * (n - 1) / n * bytes;  // reduce-scatter + all-gather
+    case CollectiveKind::kCollectivePermute:
+      return bytes;
+    default:
+      return (n - 1) / n * bytes;  // reduce-scatter, all-gather, all-to-all
   }
 }
 

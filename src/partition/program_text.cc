@@ -8,11 +8,16 @@ namespace shardflow {
 
 std::string_view to_string(CollectiveKind kind) {
   switch (kind) {
-    case CollectiveKind::kAllReduce: return "all-reduce";
-    case CollectiveKind::kAllGather: return "all-gather";
-    case CollectiveKind::kReduceScatter: return "reduce-scatter";
-    case CollectiveKind::kAllToAll: return "all-to-all";
-    case CollectiveKind::kCollectivePermute: return "collective-permute";
+    case CollectiveKind::kAllReduce:
+      return "all-reduce";
+    case CollectiveKind::kAllGather:
+      return "all-gather";
+    case CollectiveKind::kReduceScatter:
+      return "reduce-scatter";
+    case CollectiveKind::kAllToAll:
+      return "all-to-all";
+    case CollectiveKind::kCollectivePermute:
+      return "collective-permute";
   }
   return "?";
 }
@@ -56,7 +61,8 @@ static std::string bytes_text(int64_t bytes) {
 // "'data', 'model'"
 static std::string axes_list(const Mesh& mesh, const std::vector<int>& axes) {
   std::string text;
-  for (std::size_t i = 0; i < axes.size(); ++i) text += fmt::format("{}'{}'", i > 0 ? ", " : "", mesh.axis_label(axes[i]));
+  for (std::size_t i = 0; i < axes.size(); ++i)
+    text += fmt::format("{}'{}'", i > 0 ? ", " : "", mesh.axis_label(axes[i]));
   return text;
 }
 
@@ -74,7 +80,9 @@ std::string CollectiveInfo::describe(const Mesh& mesh) const {
 // shapes and constants (reshape's local size, a slice's bounds).
 static std::string call_arguments(const Instruction& instruction) {
   const OpArgs& args = *instruction.args;
-  const auto slot = [&](int index) { return fmt::format("%{}", instruction.inputs.at(static_cast<std::size_t>(index))); };
+  const auto slot = [&](int index) {
+    return fmt::format("%{}", instruction.inputs.at(static_cast<std::size_t>(index)));
+  };
   return print_arguments(
       args.schema(),
       [&](std::size_t i) {
@@ -90,9 +98,7 @@ static std::string call_arguments(const Instruction& instruction) {
 
 std::string PartitionedProgram::to_string(const Graph& graph) const {
   std::string out = fmt::format("spmd @{} on {} devices, mesh {}\n", graph.name(), mesh->size(), mesh->to_string());
-  const auto slot = [&](int s) {
-    return fmt::format("%{}: {}", s, slots[static_cast<std::size_t>(s)].to_string());
-  };
+  const auto slot = [&](int s) { return fmt::format("%{}: {}", s, slots[static_cast<std::size_t>(s)].to_string()); };
   for (std::size_t i = 0; i < input_slots.size(); ++i) {
     out += fmt::format("  input %{} -> {}  # {}\n", graph.inputs()[i]->name(), slot(input_slots[i]),
                        input_shardings[i].to_readable());
@@ -122,9 +128,8 @@ std::string PartitionedProgram::to_string(const Graph& graph) const {
       }
       case InstructionKind::kCollective: {
         const CollectiveInfo& info = collectives[static_cast<std::size_t>(instruction.collective)];
-        const std::string dim = info.kind == CollectiveKind::kCollectivePermute
-                                    ? std::string()
-                                    : fmt::format(" dim {}", instruction.dim);
+        const std::string dim =
+            info.kind == CollectiveKind::kCollectivePermute ? std::string() : fmt::format(" dim {}", instruction.dim);
         out += fmt::format("  {} = {}({}){}  # {}\n", outputs, shardflow::to_string(info.kind), inputs, dim,
                            info.describe(*mesh));
         break;
@@ -133,11 +138,12 @@ std::string PartitionedProgram::to_string(const Graph& graph) const {
         out += fmt::format("  {} = local-slice({}) dim {}\n", outputs, inputs, instruction.dim);
         break;
       case InstructionKind::kMaskPadding:
-        out += fmt::format("  {} = mask-padding({}) dim {} with {}\n", outputs, inputs, instruction.dim,
-                           instruction.fill);
+        out +=
+            fmt::format("  {} = mask-padding({}) dim {} with {}\n", outputs, inputs, instruction.dim, instruction.fill);
         break;
       case InstructionKind::kCountOnce:
-        out += fmt::format("  {} = count-once({}) over {}\n", outputs, inputs, axes_list(*mesh, instruction.axes_before));
+        out +=
+            fmt::format("  {} = count-once({}) over {}\n", outputs, inputs, axes_list(*mesh, instruction.axes_before));
         break;
     }
   }

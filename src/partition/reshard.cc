@@ -39,7 +39,8 @@ bool all_to_all_makes(const Mesh& mesh, const Shape& global, const DimAxes& befo
   for (std::size_t d = 0; d < before.size(); ++d) {
     const std::vector<int>& b = before[d];
     const std::vector<int>& a = after[d];
-    const bool loses = a.size() < b.size(), gains = a.size() > b.size();
+    const bool loses = a.size() < b.size();
+    const bool gains = a.size() > b.size();
     if (!(loses ? starts_with(b, a) : starts_with(a, b))) return false;
     // The dim losing axes is gathered over them, the dim gaining is sliced.
     if (loses && !tiles_nest(mesh, global[d], b, a.size())) return false;
@@ -87,13 +88,16 @@ class Resharder {
       found = cheapest_moves(b_.mesh(), global_, dtype_, {rep.dims}, target, rep.unreduced, why_.reduction_shared);
       if (!found) {
         searched_ = false;
-        b_.warn(fmt::format("the reshard of %{} for {} involves too many mesh axes to search for its cheapest "
-                            "moves (more than 8,192 layouts): it is reduced, gathered to the axes each dim shares "
-                            "with the target and sliced", why_.value->name(), why_.consumer));
+        b_.warn(
+            fmt::format("the reshard of %{} for {} involves too many mesh axes to search for its cheapest "
+                        "moves (more than 8,192 layouts): it is reduced, gathered to the axes each dim shares "
+                        "with the target and sliced",
+                        why_.value->name(), why_.consumer));
       }
     }
-    const std::vector<LayoutMove> moves =
-        planned != nullptr ? *planned : found ? found->moves : direct_moves(b_.mesh(), global_, rep, target);
+    const std::vector<LayoutMove> moves = planned != nullptr ? *planned
+                                          : found            ? found->moves
+                                                             : direct_moves(b_.mesh(), global_, rep, target);
     for (const LayoutMove& move : moves) rep = apply(rep, move, target);
     return rep;
   }
@@ -136,18 +140,14 @@ class Resharder {
     return fmt::format(", on the way to ({})", fmt::join(dims, ", "));
   }
 
-  int slot_for(const DimAxes& dims) {
-    return b_.new_slot({dtype_, padded_shape(b_.mesh(), global_, dims)});
-  }
+  int slot_for(const DimAxes& dims) { return b_.new_slot({dtype_, padded_shape(b_.mesh(), global_, dims)}); }
 
   int64_t bytes(int slot) const { return b_.slot_type(slot).nbytes(); }
 
-  std::string dim_text(int dim) const {
-    return fmt::format("dim {} of %{}", dim, why_.value->name());
-  }
+  std::string dim_text(int dim) const { return fmt::format("dim {} of %{}", dim, why_.value->name()); }
 
-  int collective(CollectiveKind kind, const std::vector<int>& axes, int64_t bytes_per_device,
-                 std::string reason, ReduceOp reduction = ReduceOp::kSum) {
+  int collective(CollectiveKind kind, const std::vector<int>& axes, int64_t bytes_per_device, std::string reason,
+                 ReduceOp reduction = ReduceOp::kSum) {
     CollectiveInfo info;
     info.kind = kind;
     info.axes = axes;
@@ -162,10 +162,12 @@ class Resharder {
   // shards of an uneven dim do not nest (direct moves only: the search has
   // halo exchanges).
   void rematerialised(int dim, const std::vector<int>& from, const std::vector<int>& to) {
-    b_.warn(fmt::format("involuntary re-materialisation for {}: {} ({} entries) goes from {} to {}; its "
-                        "size does not divide evenly, so the shards do not nest and the dim is gathered "
-                        "whole, then sliced", why_.consumer, dim_text(dim), global_[static_cast<std::size_t>(dim)],
-                        from.empty() ? "whole" : b_.axes_text(from), to.empty() ? "whole" : b_.axes_text(to)));
+    b_.warn(
+        fmt::format("involuntary re-materialisation for {}: {} ({} entries) goes from {} to {}; its "
+                    "size does not divide evenly, so the shards do not nest and the dim is gathered "
+                    "whole, then sliced",
+                    why_.consumer, dim_text(dim), global_[static_cast<std::size_t>(dim)],
+                    from.empty() ? "whole" : b_.axes_text(from), to.empty() ? "whole" : b_.axes_text(to)));
   }
 
   // Also reported: axes gathered although the target still splits over them
@@ -187,13 +189,14 @@ class Resharder {
       }
     }
     if (reused.empty()) return;
-    b_.warn(fmt::format("involuntary re-materialisation for {}: {} is gathered over {} and split over {} again "
-                        "(the target splits it or another dim that way), so the dim is whole on every device in "
-                        "between; {}",
-                        why_.consumer, dim_text(dim), b_.axes_text(axes), b_.axes_text(reused),
-                        searched_ ? "no sequence of all-to-alls and collective-permutes found costs less (bytes "
-                                    "sent plus 64 KiB per collective)"
-                                  : "the moves were not searched (too many mesh axes)"));
+    b_.warn(
+        fmt::format("involuntary re-materialisation for {}: {} is gathered over {} and split over {} again "
+                    "(the target splits it or another dim that way), so the dim is whole on every device in "
+                    "between; {}",
+                    why_.consumer, dim_text(dim), b_.axes_text(axes), b_.axes_text(reused),
+                    searched_ ? "no sequence of all-to-alls and collective-permutes found costs less (bytes "
+                                "sent plus 64 KiB per collective)"
+                              : "the moves were not searched (too many mesh axes)"));
   }
 
   // A reduce-scatter of partial axes `axes` (in this order) onto the minor
@@ -202,8 +205,7 @@ class Resharder {
     LocalValue out = rep;
     std::vector<int>& dim_axes = out.dims[static_cast<std::size_t>(dim)];
     dim_axes.insert(dim_axes.end(), axes.begin(), axes.end());
-    std::erase_if(out.unreduced,
-                  [&](int axis) { return std::find(axes.begin(), axes.end(), axis) != axes.end(); });
+    std::erase_if(out.unreduced, [&](int axis) { return std::find(axes.begin(), axes.end(), axis) != axes.end(); });
     out.slot = slot_for(out.dims);
     Instruction instruction = step(InstructionKind::kCollective, rep.slot, out.slot, dim);
     const bool there = target_ == nullptr || starts_with((*target_)[static_cast<std::size_t>(dim)], dim_axes);
@@ -222,12 +224,12 @@ class Resharder {
     out.slot = slot_for(out.dims);
     Instruction instruction = step(InstructionKind::kCollective, rep.slot, out.slot, 0);
     const bool whole = std::all_of(target.begin(), target.end(), [](const std::vector<int>& d) { return d.empty(); });
-    instruction.collective = collective(
-        CollectiveKind::kAllReduce, rep.unreduced, bytes(rep.slot),
-        whole ? fmt::format("{}; {} needs whole values", rep.unreduced_reason, why_.consumer)
-              : fmt::format("{}; {} needs values reduced over {}", rep.unreduced_reason, why_.consumer,
-                            b_.axes_text(rep.unreduced)),
-        rep.reduction);
+    instruction.collective =
+        collective(CollectiveKind::kAllReduce, rep.unreduced, bytes(rep.slot),
+                   whole ? fmt::format("{}; {} needs whole values", rep.unreduced_reason, why_.consumer)
+                         : fmt::format("{}; {} needs values reduced over {}", rep.unreduced_reason, why_.consumer,
+                                       b_.axes_text(rep.unreduced)),
+                   rep.reduction);
     emit(std::move(instruction), out);
     return out;
   }
@@ -259,15 +261,16 @@ class Resharder {
     for (std::size_t d = 0; d < target.size(); ++d) {
       if (rep.dims[d] != target[d]) {
         if (first_moved < 0) first_moved = static_cast<int>(d);
-        moved.push_back(fmt::format("dim {} from {} to {}", d, rep.dims[d].empty() ? "whole" : b_.axes_text(rep.dims[d]),
+        moved.push_back(fmt::format("dim {} from {} to {}", d,
+                                    rep.dims[d].empty() ? "whole" : b_.axes_text(rep.dims[d]),
                                     target[d].empty() ? "whole" : b_.axes_text(target[d])));
       }
     }
-    instruction.collective = collective(
-        CollectiveKind::kCollectivePermute, axes, bytes(rep.slot),
-        fmt::format("{} needs %{} with the same tiles on other devices: {} (sharded by {}){}", why_.consumer,
-                    why_.value->name(), fmt::join(moved, ", "), origin(first_moved, rep),
-                    on_the_way(target_ == nullptr || target == *target_)));
+    instruction.collective =
+        collective(CollectiveKind::kCollectivePermute, axes, bytes(rep.slot),
+                   fmt::format("{} needs %{} with the same tiles on other devices: {} (sharded by {}){}", why_.consumer,
+                               why_.value->name(), fmt::join(moved, ", "), origin(first_moved, rep),
+                               on_the_way(target_ == nullptr || target == *target_)));
     emit(std::move(instruction), out);
     return out;
   }
@@ -289,7 +292,8 @@ class Resharder {
       const int dim = static_cast<int>(d);
       if (after[d].size() > rep.dims[d].size()) {
         if (instruction.dim < 0) instruction.dim = dim;
-        const std::vector<int> gained(after[d].begin() + static_cast<std::ptrdiff_t>(rep.dims[d].size()), after[d].end());
+        const std::vector<int> gained(after[d].begin() + static_cast<std::ptrdiff_t>(rep.dims[d].size()),
+                                      after[d].end());
         split.push_back(fmt::format("{} sharded on {}", dim_text(dim), b_.axes_text(gained)));
         // Where the target has them: a prefix of the target's axes for that dim.
         there = there && (target_ == nullptr || starts_with((*target_)[d], after[d]));
@@ -298,10 +302,10 @@ class Resharder {
         gathered.push_back(fmt::format("dim {} (sharded by {})", dim, origin(dim, rep)));
       }
     }
-    instruction.collective = collective(
-        CollectiveKind::kAllToAll, all_to_all_axes(rep.dims, after), bytes(rep.slot),
-        fmt::format("{} needs {} instead of {}{}", why_.consumer, fmt::join(split, " and "),
-                    fmt::join(gathered, " and "), on_the_way(there)));
+    instruction.collective =
+        collective(CollectiveKind::kAllToAll, all_to_all_axes(rep.dims, after), bytes(rep.slot),
+                   fmt::format("{} needs {} instead of {}{}", why_.consumer, fmt::join(split, " and "),
+                               fmt::join(gathered, " and "), on_the_way(there)));
     emit(std::move(instruction), out);
     return out;
   }
@@ -320,18 +324,21 @@ class Resharder {
     instruction.axes_before = rep.dims[d];
     instruction.axes_after = axes;
     const int64_t row_bytes = bytes(rep.slot) / std::max<int64_t>(b_.slot_type(rep.slot).shape[d], 1);
-    const std::string lacking = fmt::format("each device receives the rows it lacks (at most {} of {}) instead of the "
-                                            "whole dim{}", schedule.rows_sent(), global_[d],
-                                            on_the_way(target_ == nullptr || axes == (*target_)[d]));
+    const std::string lacking = fmt::format(
+        "each device receives the rows it lacks (at most {} of {}) instead of the "
+        "whole dim{}",
+        schedule.rows_sent(), global_[d], on_the_way(target_ == nullptr || axes == (*target_)[d]));
     const int id = collective(
         CollectiveKind::kCollectivePermute, schedule.axes, row_bytes * schedule.rows_sent(),
         rep.dims[d] == axes
-            ? fmt::format("{} made {} in tiles of {} rows over {} ({}), where its {} rows split evenly are tiles of {}; "
-                          "{}", why_.consumer, dim_text(dim), held_rows, b_.axes_text(axes), origin(dim, rep),
-                          global_[d], padded_shape(b_.mesh(), {global_[d]}, {axes})[0], lacking)
+            ? fmt::format(
+                  "{} made {} in tiles of {} rows over {} ({}), where its {} rows split evenly are tiles of {}; "
+                  "{}",
+                  why_.consumer, dim_text(dim), held_rows, b_.axes_text(axes), origin(dim, rep), global_[d],
+                  padded_shape(b_.mesh(), {global_[d]}, {axes})[0], lacking)
             : fmt::format("{} needs {} sharded on {} but it is sharded on {} by {}; the tiles do not nest, so {}",
-                          why_.consumer, dim_text(dim), b_.axes_text(axes), b_.axes_text(rep.dims[d]),
-                          origin(dim, rep), lacking));
+                          why_.consumer, dim_text(dim), b_.axes_text(axes), b_.axes_text(rep.dims[d]), origin(dim, rep),
+                          lacking));
     b_.collective_info(id).rounds = std::max<int>(1, static_cast<int>(schedule.rounds.size()));
     instruction.collective = id;
     emit(std::move(instruction), out);
@@ -341,13 +348,20 @@ class Resharder {
   // One move of a searched path.
   LocalValue apply(const LocalValue& rep, const LayoutMove& move, const DimAxes& target) {
     switch (move.kind) {
-      case LayoutMove::Kind::kPermute: return permute(rep, move.after);
-      case LayoutMove::Kind::kAllToAll: return emit_all_to_all(rep, move.after);
-      case LayoutMove::Kind::kSlice: return slice(rep, move.after, move.dim);
-      case LayoutMove::Kind::kReduceScatter: return emit_reduce_scatter(rep, move.dim, move.reduced);
-      case LayoutMove::Kind::kAllReduce: return emit_all_reduce(rep, target);
-      case LayoutMove::Kind::kHalo: return emit_halo(rep, move.dim, move.after[static_cast<std::size_t>(move.dim)]);
-      case LayoutMove::Kind::kAllGather: break;
+      case LayoutMove::Kind::kPermute:
+        return permute(rep, move.after);
+      case LayoutMove::Kind::kAllToAll:
+        return emit_all_to_all(rep, move.after);
+      case LayoutMove::Kind::kSlice:
+        return slice(rep, move.after, move.dim);
+      case LayoutMove::Kind::kReduceScatter:
+        return emit_reduce_scatter(rep, move.dim, move.reduced);
+      case LayoutMove::Kind::kAllReduce:
+        return emit_all_reduce(rep, target);
+      case LayoutMove::Kind::kHalo:
+        return emit_halo(rep, move.dim, move.after[static_cast<std::size_t>(move.dim)]);
+      case LayoutMove::Kind::kAllGather:
+        break;
     }
     const int dim = move.dim;
     const auto d = static_cast<std::size_t>(dim);

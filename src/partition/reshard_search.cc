@@ -53,7 +53,10 @@ class Search {
  public:
   Search(const Mesh& mesh, const Shape& global, DType dtype, const std::vector<DimAxes>& sources, const DimAxes& to,
          const std::vector<int>& unreduced, bool reduction_shared)
-      : mesh_(mesh), global_(global), element_bytes_(static_cast<int64_t>(element_size(dtype))), target_(to),
+      : mesh_(mesh),
+        global_(global),
+        element_bytes_(static_cast<int64_t>(element_size(dtype))),
+        target_(to),
         reduction_shared_(reduction_shared) {
     for (const DimAxes& source : sources) {
       for (const std::vector<int>& dim : source) axes_.insert(axes_.end(), dim.begin(), dim.end());
@@ -141,7 +144,8 @@ class Search {
   // prefix of the target's).
   Cost still_to_go(const State& state) const {
     bool slices_reach = state.unreduced.empty();
-    for (std::size_t d = 0; d < target_.size() && slices_reach; ++d) slices_reach = starts_with(target_[d], state.dims[d]);
+    for (std::size_t d = 0; d < target_.size() && slices_reach; ++d)
+      slices_reach = starts_with(target_[d], state.dims[d]);
     return {0, slices_reach ? 0 : 1};
   }
 
@@ -228,8 +232,11 @@ class Search {
           for (std::size_t middle = begin + 1; middle < have.size(); ++middle) {
             for (std::size_t other = 0; other < rank; ++other) {
               if (other == d || other == to) continue;
-              out.push_back({{d, begin, to, {have.begin() + static_cast<std::ptrdiff_t>(begin),
-                                             have.begin() + static_cast<std::ptrdiff_t>(middle)}},
+              out.push_back({{d,
+                              begin,
+                              to,
+                              {have.begin() + static_cast<std::ptrdiff_t>(begin),
+                               have.begin() + static_cast<std::ptrdiff_t>(middle)}},
                              {d, middle, other, {have.begin() + static_cast<std::ptrdiff_t>(middle), have.end()}}});
             }
           }
@@ -279,7 +286,9 @@ class Search {
   std::vector<std::pair<LayoutMove, Cost>> moves(const State& state, bool after_permute) const {
     const DimAxes& layout = state.dims;
     const std::vector<int>& unreduced = state.unreduced;
-    const auto partial = [&](int axis) { return std::find(unreduced.begin(), unreduced.end(), axis) != unreduced.end(); };
+    const auto partial = [&](int axis) {
+      return std::find(unreduced.begin(), unreduced.end(), axis) != unreduced.end();
+    };
     // Partial axes cannot split a dim: a device's slice of its partial sum
     // would drop the parts the others need.
     const auto taken = [&](int axis) { return uses(layout, axis) || partial(axis); };
@@ -290,7 +299,8 @@ class Search {
       // end of a dim (where the new tiles nest in the old)...
       std::vector<const std::vector<int>*> orders;
       for (const std::vector<int>& order : scatter_orders_) {
-        if ((!reduction_shared_ || order.size() == unreduced.size()) && std::all_of(order.begin(), order.end(), partial)) {
+        if ((!reduction_shared_ || order.size() == unreduced.size()) &&
+            std::all_of(order.begin(), order.end(), partial)) {
           orders.push_back(&order);
         }
       }
@@ -299,17 +309,19 @@ class Search {
           const std::vector<int>& order = *scattered;
           LayoutMove move{LayoutMove::Kind::kReduceScatter, layout, static_cast<int>(d), 0, order};
           move.after[d].insert(move.after[d].end(), order.begin(), order.end());
-          if (!nests(d, layout[d].size(), move.after[d]) || (reduction_shared_ && !starts_with(target_[d], move.after[d]))) {
+          if (!nests(d, layout[d].size(), move.after[d]) ||
+              (reduction_shared_ && !starts_with(target_[d], move.after[d]))) {
             continue;
           }
-          out.push_back({move, {ring_bytes_sent(CollectiveKind::kReduceScatter, static_cast<double>(group_size(order)),
-                                                bytes), 1}});
+          out.push_back(
+              {move,
+               {ring_bytes_sent(CollectiveKind::kReduceScatter, static_cast<double>(group_size(order)), bytes), 1}});
         }
       }
       // ... and an all-reduce of all that is left.
       LayoutMove move{LayoutMove::Kind::kAllReduce, layout, -1, 0, unreduced};
-      out.push_back({move, {ring_bytes_sent(CollectiveKind::kAllReduce, static_cast<double>(group_size(unreduced)),
-                                            bytes), 1}});
+      out.push_back(
+          {move, {ring_bytes_sent(CollectiveKind::kAllReduce, static_cast<double>(group_size(unreduced)), bytes), 1}});
       // A reduction other consumers reuse is made where the sums are, or
       // scattered where this consumer wants them: a reduced copy moved
       // first, or scattered on the way, would suit this consumer alone.
@@ -323,7 +335,8 @@ class Search {
         if (!nests(d, kept, have)) continue;
         LayoutMove move{LayoutMove::Kind::kAllGather, layout, static_cast<int>(d), kept, {}};
         move.after[d].resize(kept);
-        const double n = static_cast<double>(group_size({have.begin() + static_cast<std::ptrdiff_t>(kept), have.end()}));
+        const double n =
+            static_cast<double>(group_size({have.begin() + static_cast<std::ptrdiff_t>(kept), have.end()}));
         out.push_back({move, {ring_bytes_sent(CollectiveKind::kAllGather, n, tile_bytes(move.after)), 1}});
       }
       // Local slices towards the target's prefix of this dim, for free.
@@ -354,9 +367,11 @@ class Search {
         const HaloSchedule schedule = halo_schedule(mesh_, global_[d], have, want);
         LayoutMove move{LayoutMove::Kind::kHalo, layout, static_cast<int>(d), 0, {}};
         move.after[d] = want;
-        const double local_rows = static_cast<double>(global_[d] / group_size(have) + (global_[d] % group_size(have) != 0));
-        out.push_back({move, {bytes / local_rows * static_cast<double>(schedule.rows_sent()),
-                              std::max(1, static_cast<int>(schedule.rounds.size()))}});
+        const double local_rows =
+            static_cast<double>(global_[d] / group_size(have) + (global_[d] % group_size(have) != 0));
+        out.push_back({move,
+                       {bytes / local_rows * static_cast<double>(schedule.rows_sent()),
+                        std::max(1, static_cast<int>(schedule.rounds.size()))}});
       }
       // Any other axis the target uses, sliced here to be moved on by an
       // all-to-all or a permute: ['x'] -> [('a', 'x')] slices 'a' after 'x'
@@ -380,9 +395,11 @@ class Search {
     for (const std::vector<int>& image : relabellings_) {
       LayoutMove move{LayoutMove::Kind::kPermute, layout, -1, 0, {}};
       for (std::vector<int>& dim : move.after) {
-        for (int& axis : dim) axis = image[static_cast<std::size_t>(std::find(axes_.begin(), axes_.end(), axis) - axes_.begin())];
+        for (int& axis : dim)
+          axis = image[static_cast<std::size_t>(std::find(axes_.begin(), axes_.end(), axis) - axes_.begin())];
       }
-      if (move.after != layout && permuted.insert(move.after).second) out.push_back({move, {bytes, 1}});  // each device sends its tile
+      if (move.after != layout && permuted.insert(move.after).second)
+        out.push_back({move, {bytes, 1}});  // each device sends its tile
     }
     return out;
   }
@@ -405,10 +422,10 @@ class Search {
   int64_t element_bytes_;
   const DimAxes& target_;
   bool reduction_shared_;
-  std::vector<int> axes_;                     // used by a source or the target, or partial; sorted
-  std::vector<int> target_axes_;              // used by the target
-  std::vector<std::vector<int>> relabellings_;  // images of axes_, sizes kept
-  bool relabellings_complete_ = true;           // all of them, not the first kMaxRelabellings
+  std::vector<int> axes_;                         // used by a source or the target, or partial; sorted
+  std::vector<int> target_axes_;                  // used by the target
+  std::vector<std::vector<int>> relabellings_;    // images of axes_, sizes kept
+  bool relabellings_complete_ = true;             // all of them, not the first kMaxRelabellings
   std::vector<std::vector<int>> scatter_orders_;  // of the partial axes
   std::map<State, std::pair<Cost, std::optional<Arrival>>> best_;
 };

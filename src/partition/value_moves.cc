@@ -47,8 +47,7 @@ LocalValue Partitioner::move_value_for_use(const Value* value, const DimAxes& ta
   }
   std::vector<LocalValue> made;
   LocalValue result = partition_detail::emit_reshard(builder_, *source, target, value->type().shape,
-                                                     value->type().dtype, why, &made,
-                                                     found ? &found->moves : nullptr);
+                                                     value->type().dtype, why, &made, found ? &found->moves : nullptr);
   if (!source->unreduced.empty() && !made.empty()) reduced_.emplace(root, made.front());
   for (const LocalValue& layout : made) layouts_.emplace(std::make_pair(root, layout.dims), layout);
   return result;
@@ -219,8 +218,9 @@ std::optional<DimAxes> Partitioner::shared_prefix_layout(const DimAxes& from, co
   return shared;
 }
 
-std::optional<Partitioner::MovesFrom> Partitioner::cheapest_from_made(
-    const Value* root, const LocalValue* rep, const DimAxes& target, const TensorType& type) const {
+std::optional<Partitioner::MovesFrom> Partitioner::cheapest_from_made(const Value* root, const LocalValue* rep,
+                                                                      const DimAxes& target,
+                                                                      const TensorType& type) const {
   std::vector<const LocalValue*> sources;
   std::vector<DimAxes> layouts;
   if (rep != nullptr) {
@@ -270,8 +270,8 @@ double Partitioner::moves_cost(const Value* value, const std::vector<DimAxes>& t
   return cost;
 }
 
-void Partitioner::move_for_later(const Value* value, const DimAxes& target,
-                                 const std::vector<LaterUse>& later, const ReshardReason& why) {
+void Partitioner::move_for_later(const Value* value, const DimAxes& target, const std::vector<LaterUse>& later,
+                                 const ReshardReason& why) {
   std::vector<DimAxes> order{target};
   for (const LaterUse& use : later) order.push_back(use.dims);
   double least = moves_cost(value, order, why);

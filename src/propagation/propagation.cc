@@ -24,9 +24,8 @@ std::vector<const Node*> ShardingOrigin::through() const {
 
 std::string ShardingOrigin::describe() const {
   if (source == nullptr) return "no annotation";
-  std::string out = source->producer() != nullptr
-                        ? fmt::format("the annotation at %{}", source->name())
-                        : fmt::format("the sharding of input %{}", source->name());
+  std::string out = source->producer() != nullptr ? fmt::format("the annotation at %{}", source->name())
+                                                  : fmt::format("the sharding of input %{}", source->name());
   const std::vector<const Node*> path = through();
   if (path.empty()) return out;
   // Every op of a long chain would make each message as long as the graph.
@@ -54,8 +53,7 @@ const Sharding& PropagationResult::sharding(const Value* value) const {
 const ShardingOrigin& PropagationResult::origin(const Value* value, int dim) const {
   static const ShardingOrigin kNone;
   const auto found = entries_.find(value);
-  if (found == entries_.end() || dim < 0 ||
-      static_cast<std::size_t>(dim) >= found->second.dim_origins.size()) {
+  if (found == entries_.end() || dim < 0 || static_cast<std::size_t>(dim) >= found->second.dim_origins.size()) {
     return kNone;
   }
   return found->second.dim_origins[static_cast<std::size_t>(dim)];
@@ -188,12 +186,12 @@ bool extend_tensor(const Mesh& mesh, const OpShardingRule& rule, const DimFactor
 }  // namespace propagation_detail
 
 using propagation_detail::Candidate;
-using propagation_detail::SettledFactors;
-using propagation_detail::ValueState;
 using propagation_detail::extend_tensor;
 using propagation_detail::gather_candidates;
 using propagation_detail::settle_factors;
+using propagation_detail::SettledFactors;
 using propagation_detail::tensor_factors;
+using propagation_detail::ValueState;
 
 namespace {
 
@@ -261,7 +259,7 @@ class Worklist {
  private:
   std::vector<bool> queued_;
   std::priority_queue<std::size_t, std::vector<std::size_t>, std::greater<>> forward_;  // lowest first
-  std::priority_queue<std::size_t> backward_;                                            // highest first
+  std::priority_queue<std::size_t> backward_;                                           // highest first
   bool forward_pass_ = true;
   std::size_t at_ = 0;  // the node visited last
 };
@@ -336,10 +334,10 @@ class Propagator {
     }
     // Still queued: the last round changed a value.
     if (!work.empty()) {
-      warnings_.push_back(fmt::format(
-          "sharding propagation over {} stopped after {} rounds while still changing (%{} changed in the "
-          "last round); shardings may be incomplete, annotate more values to fix them",
-          stage_name(stage), kMaxRounds, last_changed_->name()));
+      warnings_.push_back(
+          fmt::format("sharding propagation over {} stopped after {} rounds while still changing (%{} changed in the "
+                      "last round); shardings may be incomplete, annotate more values to fix them",
+                      stage_name(stage), kMaxRounds, last_changed_->name()));
     }
   }
 
@@ -368,23 +366,20 @@ class Propagator {
 
   const Graph& graph_;
   const Mesh& mesh_;
-  std::vector<OpShardingRule> rules_;                  // per node
-  std::vector<std::vector<const Value*>> node_values_;  // per node: its operands, then its results
-  std::vector<std::vector<ValueState*>> node_states_;   // per node: their states
+  std::vector<OpShardingRule> rules_;                                      // per node
+  std::vector<std::vector<const Value*>> node_values_;                     // per node: its operands, then its results
+  std::vector<std::vector<ValueState*>> node_states_;                      // per node: their states
   std::unordered_map<const Value*, std::vector<std::size_t>> neighbours_;  // per value: the nodes it is on
   std::unordered_map<const Value*, ValueState> states_;
   const Value* last_changed_ = nullptr;  // the value visit changed last
   std::vector<std::string> warnings_;
 };
 
-bool is_mark_sharding(const Node& node) {
-  return node.op().full_name() == ops::kMarkShardingOp;
-}
+bool is_mark_sharding(const Node& node) { return node.op().full_name() == ops::kMarkShardingOp; }
 
 }  // namespace
 
-PropagationResult propagate_shardings(const Graph& graph,
-                                      std::span<const std::optional<Sharding>> input_shardings) {
+PropagationResult propagate_shardings(const Graph& graph, std::span<const std::optional<Sharding>> input_shardings) {
   // The mesh: every annotation and input sharding must use the same devices
   // in the same shape. Axis names do not matter, as in XLA's device-based
   // shardings: a mesh built without names inside a compiled step (PyTorch/XLA's
@@ -399,8 +394,8 @@ PropagationResult propagate_shardings(const Graph& graph,
       mesh = candidate;
       mesh_source = where;
     } else if (mesh->device_ids() != candidate->device_ids() || mesh->mesh_shape() != candidate->mesh_shape()) {
-      throw Error(fmt::format("{} uses the mesh {} but {} uses {}; a graph is partitioned over one mesh",
-                              where, candidate->to_string(), mesh_source, mesh->to_string()));
+      throw Error(fmt::format("{} uses the mesh {} but {} uses {}; a graph is partitioned over one mesh", where,
+                              candidate->to_string(), mesh_source, mesh->to_string()));
     }
   };
   for (std::size_t i = 0; i < graph.inputs().size() && i < input_shardings.size(); ++i) {
@@ -420,8 +415,9 @@ PropagationResult propagate_shardings(const Graph& graph,
     use_mesh(sharding.mesh_ptr(), "the annotation at %" + node->output()->name());
     fixed.emplace(node->output(), std::move(sharding));
   }
-  if (!mesh) mesh = std::make_shared<const Mesh>(std::vector<int64_t>{0}, std::vector<int64_t>{1},
-                                                 std::vector<std::string>{}, 1);
+  if (!mesh)
+    mesh =
+        std::make_shared<const Mesh>(std::vector<int64_t>{0}, std::vector<int64_t>{1}, std::vector<std::string>{}, 1);
 
   Propagator propagator(graph, *mesh);
   const auto add_value = [&](const Value* value) {

@@ -21,8 +21,7 @@ namespace {
 // The calls of one collective, with the names used in messages.
 class Calls {
  public:
-  Calls(const DeviceGroup& group, std::span<const CallInfo* const> calls)
-      : group_(group), calls_(calls) {}
+  Calls(const DeviceGroup& group, std::span<const CallInfo* const> calls) : group_(group), calls_(calls) {}
 
   int size() const { return static_cast<int>(calls_.size()); }
   const CallInfo& operator[](int member) const { return *calls_[static_cast<std::size_t>(member)]; }
@@ -30,8 +29,7 @@ class Calls {
   const DeviceGroup& group() const { return group_; }
   std::string group_text() const { return group_.to_string(); }
   [[noreturn]] void fail(const std::string& what) const {
-    throw Error(
-        fmt::format("{} over group {}: {}", collective_name((*this)[0].kind), group_text(), what));
+    throw Error(fmt::format("{} over group {}: {}", collective_name((*this)[0].kind), group_text(), what));
   }
 
  private:
@@ -41,8 +39,7 @@ class Calls {
 
 }  // namespace
 
-static bool overlaps(const std::byte* a, std::size_t a_bytes, const std::byte* b,
-                     std::size_t b_bytes) {
+static bool overlaps(const std::byte* a, std::size_t a_bytes, const std::byte* b, std::size_t b_bytes) {
   // Null: a call known only by its sizes (the MPI backend's view of others).
   if (a_bytes == 0 || b_bytes == 0 || a == nullptr || b == nullptr) return false;
   const auto a0 = reinterpret_cast<uintptr_t>(a), b0 = reinterpret_cast<uintptr_t>(b);
@@ -52,10 +49,9 @@ static bool overlaps(const std::byte* a, std::size_t a_bytes, const std::byte* b
 static void check_same_kind(const Calls& calls) {
   for (int m = 1; m < calls.size(); ++m) {
     if (calls[m].kind != calls[0].kind) {
-      throw Error(fmt::format(
-          "collective mismatch over group {}: device {} calls {} but device {} calls {}",
-          calls.group_text(), calls.device(0), collective_name(calls[0].kind), calls.device(m),
-          collective_name(calls[m].kind)));
+      throw Error(fmt::format("collective mismatch over group {}: device {} calls {} but device {} calls {}",
+                              calls.group_text(), calls.device(0), collective_name(calls[0].kind), calls.device(m),
+                              collective_name(calls[m].kind)));
     }
   }
 }
@@ -63,9 +59,8 @@ static void check_same_kind(const Calls& calls) {
 static void check_same_input_bytes(const Calls& calls) {
   for (int m = 1; m < calls.size(); ++m) {
     if (calls[m].input_bytes != calls[0].input_bytes) {
-      calls.fail(fmt::format("device {} passes {} input bytes but device {} passes {}",
-                             calls.device(0), calls[0].input_bytes, calls.device(m),
-                             calls[m].input_bytes));
+      calls.fail(fmt::format("device {} passes {} input bytes but device {} passes {}", calls.device(0),
+                             calls[0].input_bytes, calls.device(m), calls[m].input_bytes));
     }
   }
 }
@@ -76,25 +71,23 @@ static void check_reduction(const Calls& calls) {
   for (int m = 0; m < calls.size(); ++m) {
     const CallInfo& call = calls[m];
     if (call.dtype != first.dtype) {
-      calls.fail(fmt::format("device {} passes {} data but device {} passes {} data",
-                             calls.device(0), dtype_name(first.dtype), calls.device(m),
-                             dtype_name(call.dtype)));
+      calls.fail(fmt::format("device {} passes {} data but device {} passes {} data", calls.device(0),
+                             dtype_name(first.dtype), calls.device(m), dtype_name(call.dtype)));
     }
     if (call.op != first.op) {
       calls.fail(fmt::format("device {} reduces with {} but device {} with {}", calls.device(0),
                              reduce_op_name(first.op), calls.device(m), reduce_op_name(call.op)));
     }
     const std::size_t element = element_size(call.dtype);
-    for (const auto& [pointer, bytes] :
-         {std::pair{call.input, call.input_bytes},
-          std::pair<const std::byte*, std::size_t>{call.output, call.output_bytes}}) {
+    for (const auto& [pointer, bytes] : {std::pair{call.input, call.input_bytes},
+                                         std::pair<const std::byte*, std::size_t>{call.output, call.output_bytes}}) {
       if (bytes % element != 0) {
-        calls.fail(fmt::format("device {} passes {} bytes, not a whole number of {} elements",
-                               calls.device(m), bytes, dtype_name(call.dtype)));
+        calls.fail(fmt::format("device {} passes {} bytes, not a whole number of {} elements", calls.device(m), bytes,
+                               dtype_name(call.dtype)));
       }
       if (bytes != 0 && reinterpret_cast<uintptr_t>(pointer) % element != 0) {
-        calls.fail(fmt::format("device {} passes a buffer not aligned to {} bytes for {}",
-                               calls.device(m), element, dtype_name(call.dtype)));
+        calls.fail(fmt::format("device {} passes a buffer not aligned to {} bytes for {}", calls.device(m), element,
+                               dtype_name(call.dtype)));
       }
     }
   }
@@ -112,8 +105,7 @@ static void check_overlap(const Calls& calls, bool in_place_allowed) {
       if (call.input_bytes <= call.output_bytes && call.input == call.output + offset) continue;
       if (call.output_bytes <= call.input_bytes && call.output == call.input + offset) continue;
     }
-    calls.fail(fmt::format("device {} passes overlapping input and output buffers{}",
-                           calls.device(m),
+    calls.fail(fmt::format("device {} passes overlapping input and output buffers{}", calls.device(m),
                            in_place_allowed ? " (only its own chunk may be shared)" : ""));
   }
 }
@@ -125,9 +117,8 @@ static void check_splits(const Calls& calls, std::size_t chunks, std::optional<D
   for (int m = 0; m < calls.size(); ++m) {
     const std::size_t count = calls[m].input_bytes / element;
     if (count % chunks != 0) {
-      calls.fail(fmt::format(
-          "device {} passes {} {}, which do not split into {} equal chunks", calls.device(m), count,
-          dtype ? fmt::format("{} elements", dtype_name(*dtype)) : "input bytes", chunks));
+      calls.fail(fmt::format("device {} passes {} {}, which do not split into {} equal chunks", calls.device(m), count,
+                             dtype ? fmt::format("{} elements", dtype_name(*dtype)) : "input bytes", chunks));
     }
   }
 }
@@ -138,10 +129,10 @@ static void check_output_bytes(const Calls& calls, std::size_t numerator, std::s
     const CallInfo& call = calls[m];
     const std::size_t expected = call.input_bytes * numerator / denominator;
     if (call.output_bytes != expected) {
-      calls.fail(fmt::format(
-          "device {} passes {} input bytes and {} output bytes; with {} "
-          "members the output must have {} bytes",
-          calls.device(m), call.input_bytes, call.output_bytes, calls.size(), expected));
+      calls.fail(
+          fmt::format("device {} passes {} input bytes and {} output bytes; with {} "
+                      "members the output must have {} bytes",
+                      calls.device(m), call.input_bytes, call.output_bytes, calls.size(), expected));
     }
   }
 }
@@ -157,23 +148,22 @@ static void check_pairs(const Calls& calls) {
   };
   for (int m = 1; m < calls.size(); ++m) {
     if (*calls[m].pairs != pairs) {
-      calls.fail(fmt::format("device {} passes pairs {} but device {} passes {}", calls.device(0),
-                             text(pairs), calls.device(m), text(*calls[m].pairs)));
+      calls.fail(fmt::format("device {} passes pairs {} but device {} passes {}", calls.device(0), text(pairs),
+                             calls.device(m), text(*calls[m].pairs)));
     }
   }
   const auto& devices = calls.group().devices;
   for (std::size_t i = 0; i < pairs.size(); ++i) {
     for (int64_t device : {pairs[i].first, pairs[i].second}) {
       if (std::find(devices.begin(), devices.end(), device) == devices.end()) {
-        calls.fail(fmt::format("pair ({}, {}) names device {}, which is not in the group",
-                               pairs[i].first, pairs[i].second, device));
+        calls.fail(fmt::format("pair ({}, {}) names device {}, which is not in the group", pairs[i].first,
+                               pairs[i].second, device));
       }
     }
     for (std::size_t j = 0; j < i; ++j) {
       if (pairs[j].second == pairs[i].second) {
-        calls.fail(fmt::format("device {} is the target of two pairs, ({}, {}) and ({}, {})",
-                               pairs[i].second, pairs[j].first, pairs[j].second, pairs[i].first,
-                               pairs[i].second));
+        calls.fail(fmt::format("device {} is the target of two pairs, ({}, {}) and ({}, {})", pairs[i].second,
+                               pairs[j].first, pairs[j].second, pairs[i].first, pairs[i].second));
       }
     }
   }

@@ -41,16 +41,17 @@ double check_tolerance(const Value* output) {
 CheckResult compare_with_reference(const Graph& graph, std::span<const std::vector<float>> outputs,
                                    std::span<const std::vector<float>> reference) {
   if (outputs.size() != graph.outputs().size() || reference.size() != outputs.size()) {
-    throw Error(fmt::format("compare_with_reference: the graph has {} output(s) but {} result(s) and {} "
-                            "reference(s) were given", graph.outputs().size(), outputs.size(), reference.size()));
+    throw Error(
+        fmt::format("compare_with_reference: the graph has {} output(s) but {} result(s) and {} "
+                    "reference(s) were given",
+                    graph.outputs().size(), outputs.size(), reference.size()));
   }
   CheckResult result;
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     const std::vector<float>& values = outputs[i];
     const std::vector<float>& expected = reference[i];
     if (values.size() != expected.size()) {
-      throw Error(fmt::format("output {} has {} elements but the reference has {}", i, values.size(),
-                              expected.size()));
+      throw Error(fmt::format("output {} has {} elements but the reference has {}", i, values.size(), expected.size()));
     }
     const double tolerance = check_tolerance(graph.outputs()[i]);
     // Finite values only: an infinity in the reference would make every
@@ -66,8 +67,9 @@ CheckResult compare_with_reference(const Graph& graph, std::span<const std::vect
       if (both_nan || values[k] == expected[k]) diff = 0;  // equal infinities too
       if (std::isnan(diff)) diff = std::numeric_limits<double>::infinity();
       result.max_abs_diff = std::max(result.max_abs_diff, diff);
-      result.max_rel_diff = std::max(
-          result.max_rel_diff, std::isinf(diff) ? diff : diff / std::max(std::abs(static_cast<double>(expected[k])), 1e-6));
+      result.max_rel_diff =
+          std::max(result.max_rel_diff,
+                   std::isinf(diff) ? diff : diff / std::max(std::abs(static_cast<double>(expected[k])), 1e-6));
       if (diff > allowed && diff / allowed > result.worst.ratio) {
         result.worst = {diff / allowed, values[k], expected[k], diff, allowed, tolerance, i, k};
       }
@@ -78,11 +80,12 @@ CheckResult compare_with_reference(const Graph& graph, std::span<const std::vect
 
 std::string CheckResult::error_message(const Graph& graph, int64_t devices) const {
   if (within()) return {};
-  return fmt::format("output {} (%{}) of the {}-device result differs from the one-device result: element {} is "
-                     "{:.6g}, expected {:.6g} (difference {:.3g}, allowed {:.3g} = {:g} times 1 + max finite "
-                     "|expected|; the tolerance is 1e-4, 4e-3 through f16 and 2e-2 through bf16 values)",
-                     worst.output, graph.outputs()[worst.output]->name(), devices, worst.element, worst.got,
-                     worst.expected, worst.diff, worst.allowed, worst.tolerance);
+  return fmt::format(
+      "output {} (%{}) of the {}-device result differs from the one-device result: element {} is "
+      "{:.6g}, expected {:.6g} (difference {:.3g}, allowed {:.3g} = {:g} times 1 + max finite "
+      "|expected|; the tolerance is 1e-4, 4e-3 through f16 and 2e-2 through bf16 values)",
+      worst.output, graph.outputs()[worst.output]->name(), devices, worst.element, worst.got, worst.expected,
+      worst.diff, worst.allowed, worst.tolerance);
 }
 
 // Integer inputs used as indices must stay below the size they index: per

@@ -28,8 +28,6 @@ int DeviceGroup::rank_of(int64_t device) const {
   return static_cast<int>(it - devices.begin());
 }
 
-std::string DeviceGroup::to_string() const {
-  return fmt::format("[{}]", fmt::join(devices, ", "));
-}
+std::string DeviceGroup::to_string() const { return fmt::format("[{}]", fmt::join(devices, ", ")); }
 
 }  // namespace shardflow

@@ -58,8 +58,7 @@ void LocalCommunicator::reduce_range(const Membership& member, std::size_t begin
   for (int s = 0; s < member.state->size(); ++s) {
     sources_.push_back(member.state->call_of(s, member.rank).input + begin);
   }
-  reduce_arrays(mine.dtype, mine.op, sources_, destinations,
-                (end - begin) / element_size(mine.dtype));
+  reduce_arrays(mine.dtype, mine.op, sources_, destinations, (end - begin) / element_size(mine.dtype));
 }
 
 // Small: every member copies its data to its staging buffer and publishes
@@ -78,8 +77,7 @@ void LocalCommunicator::reduce_range(const Membership& member, std::size_t begin
 //   before:  dev0 [a0 a1]   dev1 [b0 b1]      member 0 reduces the slices 0,
 //   after:   dev0 [s0 s1]   dev1 [s0 s1]      member 1 the slices 1, and each
 //                                             writes its sum s to both devices
-void LocalCommunicator::all_reduce(const DeviceGroup& group, std::span<std::byte> data, DType dtype,
-                                   ReduceOp op) {
+void LocalCommunicator::all_reduce(const DeviceGroup& group, std::span<std::byte> data, DType dtype, ReduceOp op) {
   const CallInfo call{.kind = CollectiveKind::kAllReduce,
                       .dtype = dtype,
                       .op = op,
@@ -89,15 +87,14 @@ void LocalCommunicator::all_reduce(const DeviceGroup& group, std::span<std::byte
                       .output_bytes = data.size()};
   const std::size_t bytes = data.size();
   bool staged = false;  // the same on every member once the sizes are checked
-  const Membership member =
-      begin_call(group, call, [&](GroupState& state, int rank, CallInfo& published) {
-        staged = bytes * static_cast<std::size_t>(state.size()) <= kWholeReduceMaxBytes;
-        if (!staged) return;
-        std::vector<std::byte>& staging = state.staging(rank);
-        staging.resize(bytes);
-        copy_bytes(staging.data(), data.data(), bytes);
-        published.input = staging.data();
-      });
+  const Membership member = begin_call(group, call, [&](GroupState& state, int rank, CallInfo& published) {
+    staged = bytes * static_cast<std::size_t>(state.size()) <= kWholeReduceMaxBytes;
+    if (!staged) return;
+    std::vector<std::byte>& staging = state.staging(rank);
+    staging.resize(bytes);
+    copy_bytes(staging.data(), data.data(), bytes);
+    published.input = staging.data();
+  });
   GroupState& state = *member.state;
   if (staged) {
     std::byte* const own = data.data();
@@ -124,8 +121,7 @@ void LocalCommunicator::all_gather(const DeviceGroup& group, std::span<const std
   const Membership member = begin_call(group, call);
   const std::size_t chunk = input.size();
   for (int s = 0; s < member.state->size(); ++s) {
-    copy_bytes(output.data() + static_cast<std::size_t>(s) * chunk,
-               member.state->call_of(s, member.rank).input, chunk);
+    copy_bytes(output.data() + static_cast<std::size_t>(s) * chunk, member.state->call_of(s, member.rank).input, chunk);
   }
   end_call(member, call.kind);
 }
@@ -159,16 +155,14 @@ void LocalCommunicator::all_to_all(const DeviceGroup& group, std::span<const std
   const std::size_t chunk = input.size() / members;
   const std::size_t mine = static_cast<std::size_t>(member.rank) * chunk;
   for (std::size_t s = 0; s < members; ++s) {
-    copy_bytes(output.data() + s * chunk,
-               member.state->call_of(static_cast<int>(s), member.rank).input + mine, chunk);
+    copy_bytes(output.data() + s * chunk, member.state->call_of(static_cast<int>(s), member.rank).input + mine, chunk);
   }
   end_call(member, call.kind);
 }
 
 void LocalCommunicator::collective_permute(const DeviceGroup& group,
                                            const std::vector<std::pair<int64_t, int64_t>>& pairs,
-                                           std::span<const std::byte> input,
-                                           std::span<std::byte> output) {
+                                           std::span<const std::byte> input, std::span<std::byte> output) {
   const CallInfo call{.kind = CollectiveKind::kCollectivePermute,
                       .input = input.data(),
                       .input_bytes = input.size(),
@@ -176,8 +170,8 @@ void LocalCommunicator::collective_permute(const DeviceGroup& group,
                       .output_bytes = output.size(),
                       .pairs = &pairs};
   const Membership member = begin_call(group, call);
-  const auto source = std::find_if(pairs.begin(), pairs.end(),
-                                   [&](const auto& pair) { return pair.second == device_; });
+  const auto source =
+      std::find_if(pairs.begin(), pairs.end(), [&](const auto& pair) { return pair.second == device_; });
   if (source == pairs.end()) {
     if (!output.empty()) std::memset(output.data(), 0, output.size());
   } else {

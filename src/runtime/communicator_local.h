@@ -29,16 +29,12 @@ class LocalCommunicator final : public Communicator {
   int64_t device() const override { return device_; }
   int64_t num_devices() const override { return world_.num_devices(); }
 
-  void all_reduce(const DeviceGroup& group, std::span<std::byte> data, DType dtype,
-                  ReduceOp op) override;
-  void all_gather(const DeviceGroup& group, std::span<const std::byte> input,
-                  std::span<std::byte> output) override;
-  void reduce_scatter(const DeviceGroup& group, std::span<const std::byte> input,
-                      std::span<std::byte> output, DType dtype, ReduceOp op) override;
-  void all_to_all(const DeviceGroup& group, std::span<const std::byte> input,
-                  std::span<std::byte> output) override;
-  void collective_permute(const DeviceGroup& group,
-                          const std::vector<std::pair<int64_t, int64_t>>& pairs,
+  void all_reduce(const DeviceGroup& group, std::span<std::byte> data, DType dtype, ReduceOp op) override;
+  void all_gather(const DeviceGroup& group, std::span<const std::byte> input, std::span<std::byte> output) override;
+  void reduce_scatter(const DeviceGroup& group, std::span<const std::byte> input, std::span<std::byte> output,
+                      DType dtype, ReduceOp op) override;
+  void all_to_all(const DeviceGroup& group, std::span<const std::byte> input, std::span<std::byte> output) override;
+  void collective_permute(const DeviceGroup& group, const std::vector<std::pair<int64_t, int64_t>>& pairs,
                           std::span<const std::byte> input, std::span<std::byte> output) override;
   void barrier(const DeviceGroup& group) override;
 
@@ -65,7 +61,7 @@ class LocalCommunicator final : public Communicator {
   World& world_;
   const int64_t device_;
   std::map<std::vector<int64_t>, Membership> memberships_;  // cache of world_.group_state
-  std::vector<const std::byte*> sources_;  // reduce_range's, kept to avoid allocations
+  std::vector<const std::byte*> sources_;                   // reduce_range's, kept to avoid allocations
   std::vector<std::byte*> destinations_;
   std::vector<const CallInfo*> calls_;  // begin_call's view of every member's call
 };

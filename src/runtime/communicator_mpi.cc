@@ -36,8 +36,8 @@ void check_mpi(int code, std::string_view what) {
 // MPI counts are ints: a larger message is an error, not a silent wrap.
 int count_of(std::size_t bytes, CollectiveKind kind) {
   if (bytes > static_cast<std::size_t>(INT_MAX)) {
-    throw Error(fmt::format("{}: a message of {} bytes is over MPI's limit of {} bytes per call",
-                            collective_name(kind), bytes, INT_MAX));
+    throw Error(fmt::format("{}: a message of {} bytes is over MPI's limit of {} bytes per call", collective_name(kind),
+                            bytes, INT_MAX));
   }
   return static_cast<int>(bytes);
 }
@@ -98,8 +98,8 @@ MpiCommunicator::GroupComm& MpiCommunicator::comm_of(const DeviceGroup& group, C
                               collective_name(kind), group.to_string(), device, size_));
     }
     if (std::find(ranks.begin(), ranks.end(), static_cast<int>(device)) != ranks.end()) {
-      throw Error(fmt::format("{} over group {}: device {} appears twice", collective_name(kind),
-                              group.to_string(), device));
+      throw Error(
+          fmt::format("{} over group {}: device {} appears twice", collective_name(kind), group.to_string(), device));
     }
     ranks.push_back(static_cast<int>(device));
   }
@@ -148,7 +148,8 @@ void MpiCommunicator::check(const GroupComm& group, const CallInfo& call) {
                                 collective_name(call.kind), group.group.to_string(), group.group.devices[0],
                                 group.group.devices[m]));
       }
-      calls[m] = CallInfo{.kind = static_cast<CollectiveKind>(std::min<uint64_t>(wire.kind, static_cast<uint64_t>(CollectiveKind::kBarrier))),
+      calls[m] = CallInfo{.kind = static_cast<CollectiveKind>(
+                              std::min<uint64_t>(wire.kind, static_cast<uint64_t>(CollectiveKind::kBarrier))),
                           .dtype = static_cast<DType>(wire.dtype),
                           .op = static_cast<ReduceOp>(wire.op),
                           .input = reinterpret_cast<const std::byte*>(static_cast<uintptr_t>(wire.input_address)),
@@ -172,12 +173,16 @@ void MpiCommunicator::check(const GroupComm& group, const CallInfo& call) {
   check_calls(group.group, call_views_);
 }
 
-void MpiCommunicator::all_reduce(const DeviceGroup& group, std::span<std::byte> data, DType dtype,
-                                 ReduceOp op) {
+void MpiCommunicator::all_reduce(const DeviceGroup& group, std::span<std::byte> data, DType dtype, ReduceOp op) {
   constexpr CollectiveKind kind = CollectiveKind::kAllReduce;
   GroupComm& g = comm_of(group, kind);
-  check(g, CallInfo{.kind = kind, .dtype = dtype, .op = op, .input = data.data(), .input_bytes = data.size(),
-                    .output = data.data(), .output_bytes = data.size()});
+  check(g, CallInfo{.kind = kind,
+                    .dtype = dtype,
+                    .op = op,
+                    .input = data.data(),
+                    .input_bytes = data.size(),
+                    .output = data.data(),
+                    .output_bytes = data.size()});
   const std::size_t bytes = data.size();
   const auto n = static_cast<std::size_t>(g.size());
   if (n == 1 || bytes == 0) return;
@@ -235,9 +240,9 @@ void MpiCommunicator::all_reduce(const DeviceGroup& group, std::span<std::byte> 
     check_mpi(MPI_Allgather(MPI_IN_PLACE, 0, MPI_BYTE, data.data(), counts_[0], MPI_BYTE, g.comm),
               "MPI_Allgather (all_reduce)");
   } else {
-    check_mpi(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_BYTE, data.data(), counts_.data(), displacements_.data(),
-                             MPI_BYTE, g.comm),
-              "MPI_Allgatherv (all_reduce)");
+    check_mpi(
+        MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_BYTE, data.data(), counts_.data(), displacements_.data(), MPI_BYTE, g.comm),
+        "MPI_Allgatherv (all_reduce)");
   }
 }
 
@@ -245,7 +250,10 @@ void MpiCommunicator::all_gather(const DeviceGroup& group, std::span<const std::
                                  std::span<std::byte> output) {
   constexpr CollectiveKind kind = CollectiveKind::kAllGather;
   GroupComm& g = comm_of(group, kind);
-  check(g, CallInfo{.kind = kind, .input = input.data(), .input_bytes = input.size(), .output = output.data(),
+  check(g, CallInfo{.kind = kind,
+                    .input = input.data(),
+                    .input_bytes = input.size(),
+                    .output = output.data(),
                     .output_bytes = output.size()});
   const std::size_t chunk = input.size();
   if (chunk == 0) return;
@@ -260,8 +268,13 @@ void MpiCommunicator::reduce_scatter(const DeviceGroup& group, std::span<const s
                                      std::span<std::byte> output, DType dtype, ReduceOp op) {
   constexpr CollectiveKind kind = CollectiveKind::kReduceScatter;
   GroupComm& g = comm_of(group, kind);
-  check(g, CallInfo{.kind = kind, .dtype = dtype, .op = op, .input = input.data(), .input_bytes = input.size(),
-                    .output = output.data(), .output_bytes = output.size()});
+  check(g, CallInfo{.kind = kind,
+                    .dtype = dtype,
+                    .op = op,
+                    .input = input.data(),
+                    .input_bytes = input.size(),
+                    .output = output.data(),
+                    .output_bytes = output.size()});
   const std::size_t chunk = output.size();
   const auto n = static_cast<std::size_t>(g.size());
   if (chunk == 0) return;
@@ -281,13 +294,16 @@ void MpiCommunicator::all_to_all(const DeviceGroup& group, std::span<const std::
                                  std::span<std::byte> output) {
   constexpr CollectiveKind kind = CollectiveKind::kAllToAll;
   GroupComm& g = comm_of(group, kind);
-  check(g, CallInfo{.kind = kind, .input = input.data(), .input_bytes = input.size(), .output = output.data(),
+  check(g, CallInfo{.kind = kind,
+                    .input = input.data(),
+                    .input_bytes = input.size(),
+                    .output = output.data(),
                     .output_bytes = output.size()});
   const std::size_t chunk = input.size() / static_cast<std::size_t>(g.size());
   if (chunk == 0) return;
   const Scope scope(watch_, g, kind);
-  check_mpi(MPI_Alltoall(input.data(), count_of(chunk, kind), MPI_BYTE, output.data(), count_of(chunk, kind),
-                         MPI_BYTE, g.comm),
+  check_mpi(MPI_Alltoall(input.data(), count_of(chunk, kind), MPI_BYTE, output.data(), count_of(chunk, kind), MPI_BYTE,
+                         g.comm),
             "MPI_Alltoall");
 }
 
@@ -296,8 +312,12 @@ void MpiCommunicator::collective_permute(const DeviceGroup& group,
                                          std::span<const std::byte> input, std::span<std::byte> output) {
   constexpr CollectiveKind kind = CollectiveKind::kCollectivePermute;
   GroupComm& g = comm_of(group, kind);
-  check(g, CallInfo{.kind = kind, .input = input.data(), .input_bytes = input.size(), .output = output.data(),
-                    .output_bytes = output.size(), .pairs = &pairs});
+  check(g, CallInfo{.kind = kind,
+                    .input = input.data(),
+                    .input_bytes = input.size(),
+                    .output = output.data(),
+                    .output_bytes = output.size(),
+                    .pairs = &pairs});
   const Scope scope(watch_, g, kind);
   const int count = count_of(input.size(), kind);
   std::vector<MPI_Request> requests;

@@ -36,8 +36,7 @@ struct CollectiveWatch {
   std::atomic<uint64_t> calls{0};                  // collectives completed so far
 
   static int64_t now_ns() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(
-               std::chrono::steady_clock::now().time_since_epoch())
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
         .count();
   }
 };
@@ -57,16 +56,12 @@ class MpiCommunicator final : public Communicator {
   int64_t num_devices() const override { return size_; }
   CollectiveWatch& watch() { return watch_; }
 
-  void all_reduce(const DeviceGroup& group, std::span<std::byte> data, DType dtype,
-                  ReduceOp op) override;
-  void all_gather(const DeviceGroup& group, std::span<const std::byte> input,
-                  std::span<std::byte> output) override;
-  void reduce_scatter(const DeviceGroup& group, std::span<const std::byte> input,
-                      std::span<std::byte> output, DType dtype, ReduceOp op) override;
-  void all_to_all(const DeviceGroup& group, std::span<const std::byte> input,
-                  std::span<std::byte> output) override;
-  void collective_permute(const DeviceGroup& group,
-                          const std::vector<std::pair<int64_t, int64_t>>& pairs,
+  void all_reduce(const DeviceGroup& group, std::span<std::byte> data, DType dtype, ReduceOp op) override;
+  void all_gather(const DeviceGroup& group, std::span<const std::byte> input, std::span<std::byte> output) override;
+  void reduce_scatter(const DeviceGroup& group, std::span<const std::byte> input, std::span<std::byte> output,
+                      DType dtype, ReduceOp op) override;
+  void all_to_all(const DeviceGroup& group, std::span<const std::byte> input, std::span<std::byte> output) override;
+  void collective_permute(const DeviceGroup& group, const std::vector<std::pair<int64_t, int64_t>>& pairs,
                           std::span<const std::byte> input, std::span<std::byte> output) override;
   void barrier(const DeviceGroup& group) override;
 
@@ -89,9 +84,9 @@ class MpiCommunicator final : public Communicator {
   const bool check_calls_;
   CollectiveWatch watch_;
   std::map<std::vector<int64_t>, GroupComm> groups_;
-  std::vector<std::byte> scratch_;  // received data of reductions
+  std::vector<std::byte> scratch_;         // received data of reductions
   std::vector<const std::byte*> sources_;  // the buffers a reduction combines
-  std::vector<CallInfo> calls_;  // check()'s, kept to avoid allocations
+  std::vector<CallInfo> calls_;            // check()'s, kept to avoid allocations
   std::vector<const CallInfo*> call_views_;
   std::vector<int> counts_, displacements_;
   std::vector<MPI_Request> requests_;

@@ -115,8 +115,12 @@ class DeviceRun {
  public:
   // `timed`: time each instruction, for times().
   DeviceRun(const PartitionedProgram& program, int64_t device, Communicator& comm, bool timed)
-      : program_(program), mesh_(*program.mesh), comm_(comm), timed_(timed),
-        coords_(mesh_.coords_of(device)), slots_(program.slots.size()) {}
+      : program_(program),
+        mesh_(*program.mesh),
+        comm_(comm),
+        timed_(timed),
+        coords_(mesh_.coords_of(device)),
+        slots_(program.slots.size()) {}
 
   // Per op kind: the calls and seconds of this run (when timed).
   const std::vector<OpProfile::Entry>& times() const { return times_.totals(); }
@@ -128,11 +132,21 @@ class DeviceRun {
     for (const Instruction& instruction : program_.instructions) {
       const Clock::time_point start = timed_ ? Clock::now() : Clock::time_point();
       switch (instruction.kind) {
-        case InstructionKind::kCompute: compute(instruction); break;
-        case InstructionKind::kCollective: collective(instruction); break;
-        case InstructionKind::kLocalSlice: local_slice(instruction); break;
-        case InstructionKind::kMaskPadding: mask(instruction); break;
-        case InstructionKind::kCountOnce: count_once(instruction); break;
+        case InstructionKind::kCompute:
+          compute(instruction);
+          break;
+        case InstructionKind::kCollective:
+          collective(instruction);
+          break;
+        case InstructionKind::kLocalSlice:
+          local_slice(instruction);
+          break;
+        case InstructionKind::kMaskPadding:
+          mask(instruction);
+          break;
+        case InstructionKind::kCountOnce:
+          count_once(instruction);
+          break;
       }
       if (timed_) {
         times_.add(profile_key(instruction), std::chrono::duration<double>(Clock::now() - start).count(),
@@ -149,19 +163,26 @@ class DeviceRun {
   const void* profile_key(const Instruction& instruction) const {
     static constexpr char kCollectiveKinds[8] = {}, kInstructionKinds[8] = {};  // one address each
     switch (instruction.kind) {
-      case InstructionKind::kCompute: return instruction.op;
+      case InstructionKind::kCompute:
+        return instruction.op;
       case InstructionKind::kCollective:
         return &kCollectiveKinds[static_cast<std::size_t>(collective_kind(instruction))];
-      default: return &kInstructionKinds[static_cast<std::size_t>(instruction.kind)];
+      default:
+        return &kInstructionKinds[static_cast<std::size_t>(instruction.kind)];
     }
   }
   std::string profile_name(const Instruction& instruction) const {
     switch (instruction.kind) {
-      case InstructionKind::kCompute: return instruction.op->full_name();
-      case InstructionKind::kCollective: return std::string(to_string(collective_kind(instruction)));
-      case InstructionKind::kLocalSlice: return "local-slice";
-      case InstructionKind::kMaskPadding: return "mask-padding";
-      case InstructionKind::kCountOnce: return "count-once";
+      case InstructionKind::kCompute:
+        return instruction.op->full_name();
+      case InstructionKind::kCollective:
+        return std::string(to_string(collective_kind(instruction)));
+      case InstructionKind::kLocalSlice:
+        return "local-slice";
+      case InstructionKind::kMaskPadding:
+        return "mask-padding";
+      case InstructionKind::kCountOnce:
+        return "count-once";
     }
     return "?";
   }
@@ -178,8 +199,8 @@ class DeviceRun {
   void set(const Instruction& instruction, DenseTensor value, std::size_t i = 0) {
     const TensorType& type = out_type(instruction, i);
     if (value.dtype() != type.dtype || value.shape() != type.shape) {
-      throw Error(fmt::format("internal: slot %{} should be {} but got {}{}", instruction.outputs[i],
-                              type.to_string(), dtype_name(value.dtype()), shape_to_string(value.shape())));
+      throw Error(fmt::format("internal: slot %{} should be {} but got {}{}", instruction.outputs[i], type.to_string(),
+                              dtype_name(value.dtype()), shape_to_string(value.shape())));
     }
     slots_[static_cast<std::size_t>(instruction.outputs[i])] = std::move(value);
   }
@@ -300,8 +321,8 @@ class DeviceRun {
         }());
         for (int64_t g = 0; g < n; ++g) {
           const int64_t count = std::clamp<int64_t>(s_in - g * s_out, 0, s_out);
-          DenseTensor chunk = count < s_out ? DenseTensor::zeros(type.dtype, type.shape)
-                                            : DenseTensor::empty(type.dtype, type.shape);
+          DenseTensor chunk =
+              count < s_out ? DenseTensor::zeros(type.dtype, type.shape) : DenseTensor::empty(type.dtype, type.shape);
           copy_rows(input, g * s_out, chunk, 0, count, dim);
           std::memcpy(packed.data() + static_cast<std::size_t>(g) * chunk.nbytes(), chunk.data(), chunk.nbytes());
         }
@@ -492,8 +513,7 @@ class NoCollectives final : public Communicator {
   int64_t num_devices() const override { return 1; }
   void all_reduce(const DeviceGroup&, std::span<std::byte>, DType, ReduceOp) override { fail(); }
   void all_gather(const DeviceGroup&, std::span<const std::byte>, std::span<std::byte>) override { fail(); }
-  void reduce_scatter(const DeviceGroup&, std::span<const std::byte>, std::span<std::byte>, DType,
-                      ReduceOp) override {
+  void reduce_scatter(const DeviceGroup&, std::span<const std::byte>, std::span<std::byte>, DType, ReduceOp) override {
     fail();
   }
   void all_to_all(const DeviceGroup&, std::span<const std::byte>, std::span<std::byte>) override { fail(); }
@@ -515,10 +535,10 @@ bool laid_out_as(const Tensor& tensor, const Sharding& sharding) {
 
 }  // namespace
 
-std::vector<Tensor> run_program(const PartitionedProgram& program, Runtime& runtime,
-                                std::vector<Tensor> inputs, OpProfile* profile) {
-  return run_program(program, runtime.num_devices(), [&](const DeviceProgram& fn) { runtime.run(fn); },
-                     std::move(inputs), profile);
+std::vector<Tensor> run_program(const PartitionedProgram& program, Runtime& runtime, std::vector<Tensor> inputs,
+                                OpProfile* profile) {
+  return run_program(
+      program, runtime.num_devices(), [&](const DeviceProgram& fn) { runtime.run(fn); }, std::move(inputs), profile);
 }
 
 std::vector<Tensor> run_program(const PartitionedProgram& program, int64_t num_devices,
@@ -527,8 +547,8 @@ std::vector<Tensor> run_program(const PartitionedProgram& program, int64_t num_d
   const Mesh& mesh = *program.mesh;
   // A program on one device (a graph without annotations) runs on device 0.
   if (num_devices != mesh.size() && mesh.size() != 1) {
-    throw Error(fmt::format("the program is partitioned over {} devices (mesh {}) but the runtime has {}",
-                            mesh.size(), mesh.to_string(), num_devices));
+    throw Error(fmt::format("the program is partitioned over {} devices (mesh {}) but the runtime has {}", mesh.size(),
+                            mesh.to_string(), num_devices));
   }
   if (inputs.size() != program.input_slots.size()) {
     throw Error(fmt::format("the program takes {} inputs, got {}", program.input_slots.size(), inputs.size()));
@@ -572,8 +592,8 @@ std::vector<Tensor> run_program(const PartitionedProgram& program, int64_t num_d
         local = std::move(feeds[i].global);  // one device, whole tensor, nothing else holds it (a donated cache)
       } else {
         local = DenseTensor::empty(type.dtype, type.shape);
-        copy_shard(feeds[i].layout, static_cast<std::size_t>(device), feeds[i].global.bytes(),
-                   element_size(type.dtype), {local.data(), local.nbytes()});
+        copy_shard(feeds[i].layout, static_cast<std::size_t>(device), feeds[i].global.bytes(), element_size(type.dtype),
+                   {local.data(), local.nbytes()});
       }
       run.slots()[static_cast<std::size_t>(program.input_slots[i])] = std::move(local);
     }

@@ -44,12 +44,10 @@ GroupState::GroupState(DeviceGroup group)
     : group_(std::move(group)), members_(static_cast<std::size_t>(group_.size())) {}
 
 World::World(int64_t num_devices)
-    : num_devices_(num_devices),
-      status_(std::make_unique<DeviceStatus[]>(static_cast<std::size_t>(num_devices))) {}
+    : num_devices_(num_devices), status_(std::make_unique<DeviceStatus[]>(static_cast<std::size_t>(num_devices))) {}
 
 GroupState& World::group_state(const DeviceGroup& group) {
-  if (group.devices.empty())
-    throw Error("invalid device group []: a group needs at least one device");
+  if (group.devices.empty()) throw Error("invalid device group []: a group needs at least one device");
   std::unordered_set<int64_t> seen;
   for (int64_t device : group.devices) {
     if (device < 0 || device >= num_devices_) {
@@ -59,8 +57,7 @@ GroupState& World::group_state(const DeviceGroup& group) {
                       group.to_string(), device, num_devices_));
     }
     if (!seen.insert(device).second) {
-      throw Error(fmt::format("invalid device group {}: device {} appears twice", group.to_string(),
-                              device));
+      throw Error(fmt::format("invalid device group {}: device {} appears twice", group.to_string(), device));
     }
   }
   const std::lock_guard lock(mutex_);
@@ -143,22 +140,19 @@ std::string World::deadlock_report() const {
     }
     const GroupState* group = status.waits_in.load();
     const CollectiveKind kind = status.kind.load();
-    auto it = std::find_if(waiting.begin(), waiting.end(), [&](const Entry& entry) {
-      return entry.group == group && entry.kind == kind;
-    });
+    auto it = std::find_if(waiting.begin(), waiting.end(),
+                           [&](const Entry& entry) { return entry.group == group && entry.kind == kind; });
     if (it == waiting.end()) it = waiting.insert(waiting.end(), Entry{group, kind, {}});
     it->devices.push_back(d);
   }
   auto devices_text = [](const std::vector<int64_t>& devices) {
-    return fmt::format("{} {}", devices.size() == 1 ? "device" : "devices",
-                       fmt::join(devices, ", "));
+    return fmt::format("{} {}", devices.size() == 1 ? "device" : "devices", fmt::join(devices, ", "));
   };
   std::string text = "deadlock: no device can proceed:";
   for (const Entry& entry : waiting) {
-    text += fmt::format(" {} {} in {} over {} ({} of {} members arrived);",
-                        devices_text(entry.devices), entry.devices.size() == 1 ? "waits" : "wait",
-                        collective_name(entry.kind), entry.group->group().to_string(),
-                        entry.group->arrived_.load(), entry.group->size());
+    text += fmt::format(" {} {} in {} over {} ({} of {} members arrived);", devices_text(entry.devices),
+                        entry.devices.size() == 1 ? "waits" : "wait", collective_name(entry.kind),
+                        entry.group->group().to_string(), entry.group->arrived_.load(), entry.group->size());
   }
   if (!finished.empty()) {
     text += fmt::format(" {} already returned from the program;", devices_text(finished));

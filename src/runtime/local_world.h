@@ -24,8 +24,8 @@
 #include <utility>
 #include <vector>
 
-#include "shardflow/base/error.h"
 #include "collective_call.h"
+#include "shardflow/base/error.h"
 #include "shardflow/runtime/communicator.h"
 
 namespace shardflow::detail {
@@ -60,9 +60,7 @@ class GroupState {
   // Member `rank`'s staging buffer for its current call: a copy of its input
   // that the others read, so that the member need not wait for them before
   // it overwrites its own buffer. Only the owner writes or resizes it.
-  std::vector<std::byte>& staging(int rank) {
-    return members_[static_cast<std::size_t>(rank)].staging[parity(rank)];
-  }
+  std::vector<std::byte>& staging(int rank) { return members_[static_cast<std::size_t>(rank)].staging[parity(rank)]; }
 
  private:
   friend class World;
@@ -71,9 +69,7 @@ class GroupState {
     std::vector<std::byte> staging[2];
     uint64_t sequence = 0;
   };
-  int parity(int rank) const {
-    return static_cast<int>(members_[static_cast<std::size_t>(rank)].sequence & 1);
-  }
+  int parity(int rank) const { return static_cast<int>(members_[static_cast<std::size_t>(rank)].sequence & 1); }
 
   DeviceGroup group_;
   std::vector<Member> members_;

@@ -50,9 +50,8 @@ struct MinOp {
 };
 
 template <class T, class Combine>
-static void reduce_typed(std::span<const std::byte* const> sources,
-                         std::span<std::byte* const> destinations, std::size_t count,
-                         Combine combine) {
+static void reduce_typed(std::span<const std::byte* const> sources, std::span<std::byte* const> destinations,
+                         std::size_t count, Combine combine) {
   using C = ComputeType<T>;
   auto block = [&]<std::size_t kLen>(std::size_t begin, std::size_t len) {
     // kLen is the block length when it is known at compile time (0 = len).
@@ -91,8 +90,7 @@ void reduce_arrays(DType dtype, ReduceOp op, std::span<const std::byte* const> s
   });
 }
 
-std::pair<std::size_t, std::size_t> slice_of(std::size_t bytes, DType dtype, int64_t members,
-                                             int64_t rank) {
+std::pair<std::size_t, std::size_t> slice_of(std::size_t bytes, DType dtype, int64_t members, int64_t rank) {
   const std::size_t element = element_size(dtype);
   const std::size_t line = std::max<std::size_t>(64 / element, 1) * element;
   const std::size_t lines = (bytes + line - 1) / line;

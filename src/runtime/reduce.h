@@ -3,8 +3,8 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <utility>
 #include <span>
+#include <utility>
 
 #include "shardflow/runtime/communicator.h"
 #include "shardflow/tensor/dtype.h"
@@ -21,7 +21,6 @@ void reduce_arrays(DType dtype, ReduceOp op, std::span<const std::byte* const> s
 // The byte range of member `rank`'s slice when `bytes` bytes of `dtype` are
 // split into `members` slices of whole cache lines (the last ones may be
 // shorter or empty): the unit of work of a large all_reduce.
-std::pair<std::size_t, std::size_t> slice_of(std::size_t bytes, DType dtype, int64_t members,
-                                             int64_t rank);
+std::pair<std::size_t, std::size_t> slice_of(std::size_t bytes, DType dtype, int64_t members, int64_t rank);
 
 }  // namespace shardflow::detail

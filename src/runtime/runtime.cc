@@ -9,9 +9,9 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
-#include <condition_variable>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -20,8 +20,8 @@
 #include "communicator_local.h"
 #include "runtime_impl.h"
 #include "shardflow/base/error.h"
-#include "shardflow/sharding/mesh.h"
 #include "shardflow/runtime/spmd_runner.h"
+#include "shardflow/sharding/mesh.h"
 #include "shardflow/tensor/gemm.h"
 
 namespace shardflow {
@@ -71,8 +71,7 @@ class LocalRuntime final : public Runtime::Impl {
   std::optional<int> previous_kernel_threads_;
 };
 
-LocalRuntime::LocalRuntime(int64_t num_devices)
-    : world_(num_devices), previous_device_count_(global_device_count()) {
+LocalRuntime::LocalRuntime(int64_t num_devices) : world_(num_devices), previous_device_count_(global_device_count()) {
   if (num_devices > 1) {
     // The device threads are the parallelism: kernels run in each of them
     // single-threaded instead of starting their own pools on the same cores.
@@ -92,14 +91,12 @@ LocalRuntime::LocalRuntime(int64_t num_devices)
   } catch (const std::exception& error) {
     const auto started = threads_.size();
     shut_down();
-    throw Error(fmt::format("Runtime::local: could start only {} of {} device threads: {}", started,
-                            num_devices, error.what()));
+    throw Error(fmt::format("Runtime::local: could start only {} of {} device threads: {}", started, num_devices,
+                            error.what()));
   }
 }
 
-LocalRuntime::~LocalRuntime() {
-  shut_down();
-}
+LocalRuntime::~LocalRuntime() { shut_down(); }
 
 void LocalRuntime::shut_down() {
   {
@@ -167,9 +164,10 @@ Runtime Runtime::local(int64_t num_devices) {
   // first op (a mesh may still have up to 2^20 devices over MPI).
   constexpr int64_t kMaxLocalDevices = 4096;
   if (num_devices < 1 || num_devices > kMaxLocalDevices) {
-    throw Error(fmt::format("Runtime::local: the device count must be in [1, {}] (in-process devices are threads; "
-                            "run more as MPI ranks), got {}",
-                            kMaxLocalDevices, num_devices));
+    throw Error(
+        fmt::format("Runtime::local: the device count must be in [1, {}] (in-process devices are threads; "
+                    "run more as MPI ranks), got {}",
+                    kMaxLocalDevices, num_devices));
   }
   return Runtime(std::make_unique<LocalRuntime>(num_devices));
 }
@@ -178,9 +176,7 @@ Runtime::Runtime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Runtime::Runtime(Runtime&& other) noexcept = default;
 Runtime::~Runtime() = default;
 
-int64_t Runtime::num_devices() const {
-  return impl_ ? impl_->num_devices() : 0;
-}
+int64_t Runtime::num_devices() const { return impl_ ? impl_->num_devices() : 0; }
 
 int64_t Runtime::process_index() const { return impl_ ? impl_->process_index() : 0; }
 int64_t Runtime::process_count() const { return impl_ ? impl_->process_count() : 1; }

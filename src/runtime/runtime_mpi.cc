@@ -117,8 +117,8 @@ MpiRuntime::MpiRuntime(const MpiOptions& options) {
 
   previous_device_count_ = global_device_count();
   set_global_device_count(size_);
-  runner_ = std::make_unique<SpmdRunner>(size_, [this](const DeviceProgram& fn) { run(fn); },
-                                         ProcessView{rank_, comm_.get()});
+  runner_ = std::make_unique<SpmdRunner>(
+      size_, [this](const DeviceProgram& fn) { run(fn); }, ProcessView{rank_, comm_.get()});
   previous_runner_ = set_graph_runner(runner_.get());
   if (timeout_s > 0) watchdog_ = std::thread([this, timeout_s] { watch_collectives(timeout_s); });
 }
@@ -225,8 +225,9 @@ void MpiRuntime::abort_job(std::string_view message, int status) {
 
 Runtime Runtime::mpi(const MpiOptions& options) {
   if (g_mpi_runtime_created.exchange(true)) {
-    throw Error("Runtime::mpi: a process can create one MPI runtime (MPI cannot be initialised twice); keep it "
-                "for the whole program");
+    throw Error(
+        "Runtime::mpi: a process can create one MPI runtime (MPI cannot be initialised twice); keep it "
+        "for the whole program");
   }
   return Runtime(std::make_unique<MpiRuntime>(options));
 }

@@ -73,7 +73,8 @@ void SpmdRunner::check_processes_agree(const std::string& program_text) {
   uint64_t hash = 1469598103934665603ull;  // FNV-1a
   for (char c : program_text) hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211ull;
   std::vector<uint64_t> hashes(static_cast<std::size_t>(num_devices_));
-  process_->comm->all_gather(all_devices(), std::as_bytes(std::span(&hash, 1)), std::as_writable_bytes(std::span(hashes)));
+  process_->comm->all_gather(all_devices(), std::as_bytes(std::span(&hash, 1)),
+                             std::as_writable_bytes(std::span(hashes)));
   for (std::size_t rank = 1; rank < hashes.size(); ++rank) {
     if (hashes[rank] != hashes[0]) {
       throw Error(fmt::format(

@@ -12,10 +12,14 @@ namespace shardflow {
 
 std::string_view to_string(SubgroupType type) {
   switch (type) {
-    case SubgroupType::kReplicated: return "replicated";
-    case SubgroupType::kMaximal: return "maximal";
-    case SubgroupType::kManual: return "manual";
-    case SubgroupType::kUnreduced: return "unreduced";
+    case SubgroupType::kReplicated:
+      return "replicated";
+    case SubgroupType::kMaximal:
+      return "maximal";
+    case SubgroupType::kManual:
+      return "manual";
+    case SubgroupType::kUnreduced:
+      return "unreduced";
   }
   return "error_type.";
 }
@@ -61,8 +65,8 @@ HloSharding HloSharding::tuple(std::vector<HloSharding> elements) {
 // [2,4]T(1,0) (devices 0,4,1,5,2,6,3,7) with groups of 4 becomes
 // [2,2,2]T(1,0,2) (groups {0,1,4,5} and {2,3,6,7}). Fails when the minor
 // dims cannot be split to fit the group size.
-static bool group_minor_iota_dims_sorted(std::vector<int64_t>& reshape_dims,
-                                         std::vector<int64_t>& perm, int64_t group_size) {
+static bool group_minor_iota_dims_sorted(std::vector<int64_t>& reshape_dims, std::vector<int64_t>& perm,
+                                         int64_t group_size) {
   std::size_t grouped = 0;
   std::optional<std::pair<int64_t, int64_t>> split;  // (reshape dim, major part)
   for (std::size_t i = perm.size(); i-- > 0;) {
@@ -135,20 +139,18 @@ HloSharding HloSharding::partial_tile(TileAssignment tiles) {
 // XLA's order of subgroup types after merging (MAXIMAL, TUPLE, OTHER, MANUAL,
 // UNREDUCED, REPLICATED, UNKNOWN), restricted to the types subgroups use.
 static constexpr SubgroupType kSubgroupOrder[] = {SubgroupType::kMaximal, SubgroupType::kManual,
-                                                  SubgroupType::kUnreduced,
-                                                  SubgroupType::kReplicated};
+                                                  SubgroupType::kUnreduced, SubgroupType::kReplicated};
 
 HloSharding HloSharding::subgroup(TileAssignment tiles, std::vector<SubgroupType> types) {
   if (types.empty()) return tile(std::move(tiles));
   if (types.size() > static_cast<std::size_t>(tiles.num_dims())) {
-    throw Error(fmt::format("{} subgroup types need at least as many tile dims, got {}",
-                            types.size(), tiles.num_dims()));
+    throw Error(
+        fmt::format("{} subgroup types need at least as many tile dims, got {}", types.size(), tiles.num_dims()));
   }
   const int data_rank = tiles.num_dims() - static_cast<int>(types.size());
   int64_t data_tiles = 1;
   for (int d = 0; d < data_rank; ++d) data_tiles *= tiles.dim(d);
-  const bool all_same = std::all_of(types.begin(), types.end(),
-                                    [&](SubgroupType t) { return t == types[0]; });
+  const bool all_same = std::all_of(types.begin(), types.end(), [&](SubgroupType t) { return t == types[0]; });
   if (all_same && data_tiles == 1) {
     if (types[0] == SubgroupType::kManual) return manual();
     if (types[0] == SubgroupType::kReplicated) return replicate();
@@ -171,8 +173,7 @@ HloSharding HloSharding::subgroup(TileAssignment tiles, std::vector<SubgroupType
       continue;
     }
     const auto slot = static_cast<std::size_t>(
-        std::find(std::begin(kSubgroupOrder), std::end(kSubgroupOrder), types[j]) -
-        std::begin(kSubgroupOrder));
+        std::find(std::begin(kSubgroupOrder), std::end(kSubgroupOrder), types[j]) - std::begin(kSubgroupOrder));
     if (dims_of_type[slot].empty()) {
       ++distinct_types;
     } else {
@@ -213,8 +214,7 @@ HloSharding HloSharding::subgroup(TileAssignment tiles, std::vector<SubgroupType
   if (types.size() == 1 && types[0] == SubgroupType::kReplicated) {
     return partial_tile(std::move(tiles));
   }
-  if (types.size() == 1 && types[0] == SubgroupType::kManual &&
-      tiles.num_elements() == tiles.dims().back()) {
+  if (types.size() == 1 && types[0] == SubgroupType::kManual && tiles.num_elements() == tiles.dims().back()) {
     return manual();
   }
   HloSharding sharding;
@@ -232,8 +232,7 @@ HloSharding HloSharding::subgroup(TileAssignment tiles, std::vector<SubgroupType
 
 int HloSharding::num_data_dims() const {
   if (kind_ != Kind::kTiled) return 0;
-  return tiles_->num_dims() - (replicate_on_last_tile_dim_ ? 1 : 0) -
-         static_cast<int>(subgroup_types_.size());
+  return tiles_->num_dims() - (replicate_on_last_tile_dim_ ? 1 : 0) - static_cast<int>(subgroup_types_.size());
 }
 
 void HloSharding::print(std::string& out) const {
@@ -248,11 +247,21 @@ void HloSharding::print(std::string& out) const {
   }
   out += "{";
   switch (kind_) {
-    case Kind::kReplicated: out += "replicated"; break;
-    case Kind::kManual: out += "manual"; break;
-    case Kind::kUnknown: out += "unknown"; break;
-    case Kind::kUnreduced: out += "unreduced"; break;
-    case Kind::kMaximal: out += fmt::format("maximal device={}", maximal_device_); break;
+    case Kind::kReplicated:
+      out += "replicated";
+      break;
+    case Kind::kManual:
+      out += "manual";
+      break;
+    case Kind::kUnknown:
+      out += "unknown";
+      break;
+    case Kind::kUnreduced:
+      out += "unreduced";
+      break;
+    case Kind::kMaximal:
+      out += fmt::format("maximal device={}", maximal_device_);
+      break;
     case Kind::kTiled:
       out += tiles_->to_string();
       if (replicate_on_last_tile_dim_) out += " last_tile_dim_replicate";
@@ -265,7 +274,8 @@ void HloSharding::print(std::string& out) const {
         out += "}";
       }
       break;
-    case Kind::kTuple: break;  // handled above
+    case Kind::kTuple:
+      break;  // handled above
   }
   if (shard_as_) {
     out += fmt::format(" shard_as {}", *shard_as_);

@@ -17,8 +17,22 @@ namespace shardflow {
 
 namespace {
 
-enum class TokenKind { kEnd, kLBrace, kRBrace, kLBracket, kRBracket, kLParen, kRParen, kComma,
-                       kLessEqual, kInt, kIdentifier, kAttribute, kString, kInvalid };
+enum class TokenKind {
+  kEnd,
+  kLBrace,
+  kRBrace,
+  kLBracket,
+  kRBracket,
+  kLParen,
+  kRParen,
+  kComma,
+  kLessEqual,
+  kInt,
+  kIdentifier,
+  kAttribute,
+  kString,
+  kInvalid
+};
 
 struct Token {
   TokenKind kind = TokenKind::kEnd;
@@ -48,14 +62,22 @@ class Lexer {
       return token;
     };
     switch (c) {
-      case '{': return single(TokenKind::kLBrace);
-      case '}': return single(TokenKind::kRBrace);
-      case '[': return single(TokenKind::kLBracket);
-      case ']': return single(TokenKind::kRBracket);
-      case '(': return single(TokenKind::kLParen);
-      case ')': return single(TokenKind::kRParen);
-      case ',': return single(TokenKind::kComma);
-      default: break;
+      case '{':
+        return single(TokenKind::kLBrace);
+      case '}':
+        return single(TokenKind::kRBrace);
+      case '[':
+        return single(TokenKind::kLBracket);
+      case ']':
+        return single(TokenKind::kRBracket);
+      case '(':
+        return single(TokenKind::kLParen);
+      case ')':
+        return single(TokenKind::kRParen);
+      case ',':
+        return single(TokenKind::kComma);
+      default:
+        break;
     }
     if (c == '<' && pos_ + 1 < text_.size() && text_[pos_ + 1] == '=') {
       token.kind = TokenKind::kLessEqual;
@@ -83,12 +105,8 @@ class Lexer {
 
  private:
   static bool is_digit(char c) { return c >= '0' && c <= '9'; }
-  static bool is_identifier_start(char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
-  }
-  static bool is_identifier_char(char c) {
-    return is_identifier_start(c) || is_digit(c) || c == '.' || c == '-';
-  }
+  static bool is_identifier_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
+  static bool is_identifier_char(char c) { return is_identifier_start(c) || is_digit(c) || c == '.' || c == '-'; }
 
   void skip_space_and_comments() {
     while (pos_ < text_.size()) {
@@ -119,8 +137,7 @@ class Lexer {
       return token;
     }
     const auto [end, ec] = std::from_chars(text_.data() + start, text_.data() + pos_, token.value);
-    token.kind = (ec == std::errc() && end == text_.data() + pos_) ? TokenKind::kInt
-                                                                  : TokenKind::kInvalid;
+    token.kind = (ec == std::errc() && end == text_.data() + pos_) ? TokenKind::kInt : TokenKind::kInvalid;
     return token;
   }
 
@@ -177,18 +194,21 @@ class HloShardingParser {
 
   std::string describe(const Token& token) const {
     switch (token.kind) {
-      case TokenKind::kEnd: return "the end of the text";
-      case TokenKind::kAttribute: return fmt::format("'{}='", token.text);
+      case TokenKind::kEnd:
+        return "the end of the text";
+      case TokenKind::kAttribute:
+        return fmt::format("'{}='", token.text);
       case TokenKind::kInvalid:
         if (lexer_.text().substr(token.pos, 2) == "/*") return "an unterminated /* comment";
         return quote_for_message(token.text);
-      default: return fmt::format("'{}'", token.text);
+      default:
+        return fmt::format("'{}'", token.text);
     }
   }
 
   [[noreturn]] void fail_at(std::size_t pos, std::string_view message) const {
-    throw Error(fmt::format("invalid sharding {} at column {}: {}",
-                            quote_for_message(lexer_.text()), pos + 1, message));
+    throw Error(
+        fmt::format("invalid sharding {} at column {}: {}", quote_for_message(lexer_.text()), pos + 1, message));
   }
 
   [[noreturn]] void fail(std::string_view expected) const {
@@ -220,8 +240,8 @@ class HloShardingParser {
   }
 
   struct Items {
-    bool replicated = false, manual = false, maximal = false, unknown = false,
-         unreduced = false, last_tile_dim_replicate = false;
+    bool replicated = false, manual = false, maximal = false, unknown = false, unreduced = false,
+         last_tile_dim_replicate = false;
     std::optional<std::vector<int64_t>> tile_dims;
     std::vector<int64_t> devices;
     std::optional<std::vector<int64_t>> iota_reshape, iota_perm;
@@ -340,8 +360,9 @@ class HloShardingParser {
         } else if (token.text == "metadata") {
           parse_metadata(items);
         } else {
-          fail_at(token.pos, "unknown attribute in sharding: expected device=, devices=, "
-                             "metadata= or last_tile_dims=");
+          fail_at(token.pos,
+                  "unknown attribute in sharding: expected device=, devices=, "
+                  "metadata= or last_tile_dims=");
         }
       } else {
         fail(token.kind == TokenKind::kEnd ? "'}' to end the sharding"
@@ -385,8 +406,7 @@ class HloShardingParser {
     }
     if (items.unreduced) {
       no_devices("unreduced");
-      return HloSharding::subgroup(TileAssignment(IotaTileAssignment::create({1})),
-                                   {SubgroupType::kUnreduced});
+      return HloSharding::subgroup(TileAssignment(IotaTileAssignment::create({1})), {SubgroupType::kUnreduced});
     }
     if (!items.tile_dims) {
       fail_at(start, "non-maximal shardings must have a tile assignment list including dimensions");
@@ -407,8 +427,7 @@ class HloShardingParser {
             fail_at(start, fmt::format("Out of range iota minor_to_major value {}.", p));
           }
         }
-        tiles.emplace(IotaTileAssignment::create(*items.tile_dims, *items.iota_reshape,
-                                                 *items.iota_perm));
+        tiles.emplace(IotaTileAssignment::create(*items.tile_dims, *items.iota_reshape, *items.iota_perm));
       } else {
         if (items.devices.size() <= 1) {
           fail_at(start, "non-maximal shardings must have more than one device assigned");

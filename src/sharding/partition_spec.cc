@@ -12,9 +12,7 @@
 
 namespace shardflow {
 
-std::string AxisRef::repr() const {
-  return is_name_ ? python_repr(name_) : std::to_string(index_);
-}
+std::string AxisRef::repr() const { return is_name_ ? python_repr(name_) : std::to_string(index_); }
 
 SpecEntry SpecEntry::tuple(std::vector<AxisRef> axes) {
   SpecEntry entry;
@@ -23,8 +21,7 @@ SpecEntry SpecEntry::tuple(std::vector<AxisRef> axes) {
   return entry;
 }
 
-SpecEntry SpecEntry::invalid(std::string repr, std::string message,
-                             std::vector<AxisRef> axes_before) {
+SpecEntry SpecEntry::invalid(std::string repr, std::string message, std::vector<AxisRef> axes_before) {
   SpecEntry entry;
   entry.kind_ = Kind::kInvalid;
   entry.axes_ = std::move(axes_before);
@@ -35,8 +32,10 @@ SpecEntry SpecEntry::invalid(std::string repr, std::string message,
 
 std::string SpecEntry::repr() const {
   switch (kind_) {
-    case Kind::kNone: return "None";
-    case Kind::kAxis: return axes_[0].repr();
+    case Kind::kNone:
+      return "None";
+    case Kind::kAxis:
+      return axes_[0].repr();
     case Kind::kTuple: {
       std::string out = "(";
       for (std::size_t i = 0; i < axes_.size(); ++i) {
@@ -45,7 +44,8 @@ std::string SpecEntry::repr() const {
       }
       return out + (axes_.size() == 1 ? ",)" : ")");
     }
-    case Kind::kInvalid: return invalid_repr_;
+    case Kind::kInvalid:
+      return invalid_repr_;
   }
   return "?";
 }
@@ -60,8 +60,7 @@ std::string PartitionSpec::to_string() const {
 }
 
 static std::string unsupported_type_message(const PyValue& value) {
-  return fmt::format("Spec type <class '{}'> is not supported in partition spec",
-                     value.type_name());
+  return fmt::format("Spec type <class '{}'> is not supported in partition spec", value.type_name());
 }
 
 // One element of a tuple entry: an axis index or name.
@@ -73,14 +72,19 @@ static std::optional<AxisRef> axis_from_literal(const PyValue& value) {
 
 static SpecEntry entry_from_literal(const PyValue& value) {
   switch (value.kind()) {
-    case PyValue::Kind::kNone: return none;
-    case PyValue::Kind::kInt: return SpecEntry(value.as_int());
-    case PyValue::Kind::kString: return SpecEntry(value.as_string());
+    case PyValue::Kind::kNone:
+      return none;
+    case PyValue::Kind::kInt:
+      return SpecEntry(value.as_int());
+    case PyValue::Kind::kString:
+      return SpecEntry(value.as_string());
     case PyValue::Kind::kTuple:
-    case PyValue::Kind::kList: break;
+    case PyValue::Kind::kList:
+      break;
     case PyValue::Kind::kBool:
     case PyValue::Kind::kFloat:
-    case PyValue::Kind::kDict: return SpecEntry::invalid(value.repr(), unsupported_type_message(value));
+    case PyValue::Kind::kDict:
+      return SpecEntry::invalid(value.repr(), unsupported_type_message(value));
   }
   std::vector<AxisRef> axes;
   for (const PyValue& item : value.items()) {
@@ -91,10 +95,11 @@ static SpecEntry entry_from_literal(const PyValue& value) {
   for (const PyValue& item : value.items()) {
     std::optional<AxisRef> axis = axis_from_literal(item);
     if (!axis) {
-      std::string message = item.is_none()
-          ? fmt::format("a tuple entry of a partition spec lists mesh axes only; "
-                        "None inside {} is not allowed", value.repr())
-          : unsupported_type_message(item);
+      std::string message = item.is_none() ? fmt::format(
+                                                 "a tuple entry of a partition spec lists mesh axes only; "
+                                                 "None inside {} is not allowed",
+                                                 value.repr())
+                                           : unsupported_type_message(item);
       return SpecEntry::invalid(value.repr(), std::move(message), std::move(axes));
     }
     axes.push_back(*axis);
@@ -109,8 +114,7 @@ PartitionSpec PartitionSpec::from_literal(const PyValue& value, std::string_view
       hint = fmt::format(" (a 1-tuple needs a trailing comma: ({},))", value.repr());
     }
     throw InvalidShardingError(fmt::format("partition_spec must be a tuple such as ('data', None), got {}{}",
-                            source_text.empty() ? value.repr() : quote_for_message(source_text),
-                            hint));
+                                           source_text.empty() ? value.repr() : quote_for_message(source_text), hint));
   }
   std::vector<SpecEntry> entries;
   for (const PyValue& item : value.items()) entries.push_back(entry_from_literal(item));
@@ -137,7 +141,9 @@ PartitionSpec translate_partition_spec(const PartitionSpec& spec, const Mesh& me
   for (std::size_t i = 0; i < spec.size(); ++i) {
     const SpecEntry& entry = spec[i];
     switch (entry.kind()) {
-      case SpecEntry::Kind::kNone: translated.push_back(none); break;
+      case SpecEntry::Kind::kNone:
+        translated.push_back(none);
+        break;
       case SpecEntry::Kind::kAxis: {
         const AxisRef axis = translate_axis(entry.axes()[0], mesh);
         translated.push_back(SpecEntry(axis.index()));
@@ -145,8 +151,10 @@ PartitionSpec translate_partition_spec(const PartitionSpec& spec, const Mesh& me
       }
       case SpecEntry::Kind::kTuple: {
         if (entry.axes().empty()) {
-          throw InvalidShardingError(fmt::format("partition spec entry {} of {} is an empty tuple; use None for "
-                                  "a dimension that is not sharded", i, spec.to_string()));
+          throw InvalidShardingError(
+              fmt::format("partition spec entry {} of {} is an empty tuple; use None for "
+                          "a dimension that is not sharded",
+                          i, spec.to_string()));
         }
         std::vector<AxisRef> axes;
         for (const AxisRef& axis : entry.axes()) axes.push_back(translate_axis(axis, mesh));
@@ -168,30 +176,28 @@ void validate_partition_spec(const PartitionSpec& translated, const Mesh& mesh) 
   for (const SpecEntry& entry : translated.entries()) {
     for (const AxisRef& axis : entry.axes()) {
       if (axis.is_name()) {
-        throw InvalidShardingError("validate_partition_spec needs a translated spec; found axis name " +
-                    axis.repr());
+        throw InvalidShardingError("validate_partition_spec needs a translated spec; found axis name " + axis.repr());
       }
       used.push_back(axis.index());
     }
   }
   for (int64_t axis : used) {
     if (axis < 0 || axis >= mesh.num_axes()) {
-      throw InvalidShardingError(fmt::format("partition_spec ({}) contains out of bound index into mesh_shape.",
-                              translated.to_string()));
+      throw InvalidShardingError(
+          fmt::format("partition_spec ({}) contains out of bound index into mesh_shape.", translated.to_string()));
     }
   }
   std::sort(used.begin(), used.end());
   if (std::adjacent_find(used.begin(), used.end()) != used.end()) {
     throw InvalidShardingError(fmt::format(
-        "Each device mesh dimension should appear at most once in partition_spec {}.",
-        translated.to_string()));
+        "Each device mesh dimension should appear at most once in partition_spec {}.", translated.to_string()));
   }
 }
 
 void check_partition_spec_rank(const PartitionSpec& spec, int64_t rank) {
   if (static_cast<int64_t>(spec.size()) != rank) {
-    throw InvalidShardingError(fmt::format("Partition spec length ({}) should be equal to the input rank ({}).",
-                            spec.size(), rank));
+    throw InvalidShardingError(
+        fmt::format("Partition spec length ({}) should be equal to the input rank ({}).", spec.size(), rank));
   }
 }
 

@@ -31,8 +31,7 @@ namespace {
 
 class DiagramWriter {
  public:
-  DiagramWriter(const ShardLayout& layout, bool label_ranges)
-      : layout_(layout), label_ranges_(label_ranges) {}
+  DiagramWriter(const ShardLayout& layout, bool label_ranges) : layout_(layout), label_ranges_(label_ranges) {}
 
   std::string draw() {
     const std::size_t rank = layout_.global_shape.size();
@@ -42,9 +41,8 @@ class DiagramWriter {
     }
     // The grid takes the two split dims with the most shards, in dim order.
     std::vector<std::size_t> by_shards = split_dims;
-    std::stable_sort(by_shards.begin(), by_shards.end(), [&](std::size_t a, std::size_t b) {
-      return layout_.num_tiles[a] > layout_.num_tiles[b];
-    });
+    std::stable_sort(by_shards.begin(), by_shards.end(),
+                     [&](std::size_t a, std::size_t b) { return layout_.num_tiles[a] > layout_.num_tiles[b]; });
     if (by_shards.size() > 2) by_shards.resize(2);
     std::sort(by_shards.begin(), by_shards.end());
     if (by_shards.size() == 2) row_dim_ = by_shards[0];
@@ -77,8 +75,8 @@ class DiagramWriter {
       if (!other_dims_.empty()) {
         std::string heading;
         for (std::size_t i = 0; i < other_dims_.size(); ++i) {
-          heading += fmt::format("{}dim {} {}", i > 0 ? ", " : "", other_dims_[i],
-                                 tile_label(other_dims_[i], other_index[i]));
+          heading +=
+              fmt::format("{}dim {} {}", i > 0 ? ", " : "", other_dims_[i], tile_label(other_dims_[i], other_index[i]));
         }
         out += heading + ":\n";
       }

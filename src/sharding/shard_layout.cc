@@ -44,8 +44,7 @@ static std::vector<DimSlice> whole_slices(std::span<const int64_t> shape) {
   return slices;
 }
 
-ShardLayout shard_layout(const HloSharding& sharding, std::span<const int64_t> shape,
-                         int64_t num_devices) {
+ShardLayout shard_layout(const HloSharding& sharding, std::span<const int64_t> shape, int64_t num_devices) {
   for (int64_t d : shape) {
     if (d < 0) throw Error("tensor shape " + python_int_tuple(shape) + " has a negative dim");
   }
@@ -61,8 +60,8 @@ ShardLayout shard_layout(const HloSharding& sharding, std::span<const int64_t> s
       throw Error("a manual sharding has no global shard layout");
     case HloSharding::Kind::kMaximal:
       if (sharding.maximal_device() >= num_devices) {
-        throw Error(fmt::format("sharding {} names device {} but there are {} devices",
-                                sharding.to_string(), sharding.maximal_device(), num_devices));
+        throw Error(fmt::format("sharding {} names device {} but there are {} devices", sharding.to_string(),
+                                sharding.maximal_device(), num_devices));
       }
       layout.shards.push_back({sharding.maximal_device(), 0, whole_slices(shape), no_tile, true});
       return layout;
@@ -73,15 +72,15 @@ ShardLayout shard_layout(const HloSharding& sharding, std::span<const int64_t> s
         layout.shards.push_back({device, device, whole_slices(shape), no_tile, true});
       }
       return layout;
-    case HloSharding::Kind::kTiled: break;
+    case HloSharding::Kind::kTiled:
+      break;
   }
 
   const TileAssignment& tiles = sharding.tile_assignment();
   const int data_rank = sharding.num_data_dims();
   if (data_rank > static_cast<int>(shape.size())) {
-    throw Error(fmt::format("sharding {} splits {} dims but the tensor {} has rank {}",
-                            sharding.to_string(), data_rank, python_int_tuple(shape),
-                            shape.size()));
+    throw Error(fmt::format("sharding {} splits {} dims but the tensor {} has rank {}", sharding.to_string(), data_rank,
+                            python_int_tuple(shape), shape.size()));
   }
   for (int d = 0; d < data_rank; ++d) {
     const auto k = static_cast<std::size_t>(d);
@@ -94,8 +93,8 @@ ShardLayout shard_layout(const HloSharding& sharding, std::span<const int64_t> s
   std::vector<int64_t> index(static_cast<std::size_t>(tiles.num_dims()), 0);
   for (int64_t device : devices) {
     if (device >= num_devices) {
-      throw Error(fmt::format("sharding {} names device {} but there are {} devices",
-                              sharding.to_string(), device, num_devices));
+      throw Error(fmt::format("sharding {} names device {} but there are {} devices", sharding.to_string(), device,
+                              num_devices));
     }
     DeviceShard shard{device, 0, whole_slices(shape), no_tile, false};
     for (int d = 0; d < data_rank; ++d) {
@@ -119,18 +118,16 @@ ShardLayout shard_layout(const HloSharding& sharding, std::span<const int64_t> s
 
 ShardLayout shard_layout(const Sharding& sharding, std::span<const int64_t> shape) {
   if (static_cast<int>(shape.size()) != sharding.rank()) {
-    throw Error(fmt::format("tensor {} has rank {} but its sharding {} has rank {}",
-                            python_int_tuple(shape), shape.size(), sharding.to_readable(),
-                            sharding.rank()));
+    throw Error(fmt::format("tensor {} has rank {} but its sharding {} has rank {}", python_int_tuple(shape),
+                            shape.size(), sharding.to_readable(), sharding.rank()));
   }
   return shard_layout(sharding.to_hlo_v1(), shape, sharding.mesh().size());
 }
 
 // Copies the box `extent` between two row-major arrays: from `src` (shape
 // `src_shape`) at `src_offset` to `dst` (shape `dst_shape`) at `dst_offset`.
-static void copy_box(const std::byte* src, std::span<const int64_t> src_shape,
-                     std::span<const int64_t> src_offset, std::byte* dst,
-                     std::span<const int64_t> dst_shape, std::span<const int64_t> dst_offset,
+static void copy_box(const std::byte* src, std::span<const int64_t> src_shape, std::span<const int64_t> src_offset,
+                     std::byte* dst, std::span<const int64_t> dst_shape, std::span<const int64_t> dst_offset,
                      std::span<const int64_t> extent, std::size_t element_size) {
   const std::size_t rank = extent.size();
   for (int64_t e : extent) {
@@ -181,40 +178,38 @@ void copy_shard(const ShardLayout& layout, std::size_t index, std::span<const st
   const auto expected = static_cast<std::size_t>(element_count(layout.global_shape)) * element_size;
   if (global.size() != expected) {
     throw Error(fmt::format("tensor {} of {}-byte elements needs {} bytes, got {}",
-                            python_int_tuple(layout.global_shape), element_size, expected,
-                            global.size()));
+                            python_int_tuple(layout.global_shape), element_size, expected, global.size()));
   }
   const DeviceShard& device_shard = layout.shards.at(index);
   const auto shard_bytes = static_cast<std::size_t>(layout.shard_elements()) * element_size;
   if (shard.size() != shard_bytes) {
-    throw Error(fmt::format("shard buffer of device {} has {} bytes but the padded shard shape "
-                            "{} needs {}", device_shard.device, shard.size(),
-                            python_int_tuple(layout.shard_shape), shard_bytes));
+    throw Error(
+        fmt::format("shard buffer of device {} has {} bytes but the padded shard shape "
+                    "{} needs {}",
+                    device_shard.device, shard.size(), python_int_tuple(layout.shard_shape), shard_bytes));
   }
   const std::vector<int64_t> sizes = sizes_of(device_shard);
   if (sizes != layout.shard_shape && shard_bytes > 0) std::memset(shard.data(), 0, shard_bytes);  // padding
   const std::vector<int64_t> zeros(layout.global_shape.size(), 0);
-  copy_box(global.data(), layout.global_shape, starts_of(device_shard), shard.data(),
-           layout.shard_shape, zeros, sizes, element_size);
+  copy_box(global.data(), layout.global_shape, starts_of(device_shard), shard.data(), layout.shard_shape, zeros, sizes,
+           element_size);
 }
 
-void split_into_shards(const ShardLayout& layout, std::span<const std::byte> global,
-                       std::size_t element_size, std::span<const std::span<std::byte>> shards) {
+void split_into_shards(const ShardLayout& layout, std::span<const std::byte> global, std::size_t element_size,
+                       std::span<const std::span<std::byte>> shards) {
   if (shards.size() != layout.shards.size()) {
-    throw Error(fmt::format("expected {} shard buffers (one per device of the layout), got {}",
-                            layout.shards.size(), shards.size()));
+    throw Error(fmt::format("expected {} shard buffers (one per device of the layout), got {}", layout.shards.size(),
+                            shards.size()));
   }
   for (std::size_t i = 0; i < shards.size(); ++i) {
     copy_shard(layout, i, global, element_size, shards[i]);
   }
 }
 
-std::vector<std::vector<std::byte>> split_into_shards(const ShardLayout& layout,
-                                                      std::span<const std::byte> global,
+std::vector<std::vector<std::byte>> split_into_shards(const ShardLayout& layout, std::span<const std::byte> global,
                                                       std::size_t element_size) {
   const auto shard_bytes = static_cast<std::size_t>(layout.shard_elements()) * element_size;
-  std::vector<std::vector<std::byte>> buffers(layout.shards.size(),
-                                              std::vector<std::byte>(shard_bytes));
+  std::vector<std::vector<std::byte>> buffers(layout.shards.size(), std::vector<std::byte>(shard_bytes));
   std::vector<std::span<std::byte>> views(buffers.begin(), buffers.end());
   split_into_shards(layout, global, element_size, views);
   return buffers;
@@ -223,44 +218,41 @@ std::vector<std::vector<std::byte>> split_into_shards(const ShardLayout& layout,
 void assemble_from_shards(const ShardLayout& layout, std::span<const std::span<const std::byte>> shards,
                           std::size_t element_size, std::span<std::byte> global) {
   if (shards.size() != layout.shards.size()) {
-    throw Error(fmt::format("expected {} shards (one per device of the layout), got {}",
-                            layout.shards.size(), shards.size()));
+    throw Error(
+        fmt::format("expected {} shards (one per device of the layout), got {}", layout.shards.size(), shards.size()));
   }
   const auto expected = static_cast<std::size_t>(element_count(layout.global_shape)) * element_size;
   if (global.size() != expected) {
     throw Error(fmt::format("tensor {} of {}-byte elements needs {} bytes, got {}",
-                            python_int_tuple(layout.global_shape), element_size, expected,
-                            global.size()));
+                            python_int_tuple(layout.global_shape), element_size, expected, global.size()));
   }
   const auto shard_bytes = static_cast<std::size_t>(layout.shard_elements()) * element_size;
   const std::vector<int64_t> zeros(layout.global_shape.size(), 0);
   int64_t covered = 0;
   for (std::size_t i = 0; i < shards.size(); ++i) {
     if (shards[i].size() != shard_bytes) {
-      throw Error(fmt::format("shard of device {} has {} bytes but the padded shard shape {} "
-                              "needs {}", layout.shards[i].device, shards[i].size(),
-                              python_int_tuple(layout.shard_shape), shard_bytes));
+      throw Error(
+          fmt::format("shard of device {} has {} bytes but the padded shard shape {} "
+                      "needs {}",
+                      layout.shards[i].device, shards[i].size(), python_int_tuple(layout.shard_shape), shard_bytes));
     }
     const DeviceShard& shard = layout.shards[i];
     if (shard.replica_id != 0) continue;
     const std::vector<int64_t> sizes = sizes_of(shard);
     covered += element_count(sizes);
-    copy_box(shards[i].data(), layout.shard_shape, zeros, global.data(), layout.global_shape,
-             starts_of(shard), sizes, element_size);
+    copy_box(shards[i].data(), layout.shard_shape, zeros, global.data(), layout.global_shape, starts_of(shard), sizes,
+             element_size);
   }
   if (covered != element_count(layout.global_shape)) {
-    throw Error(fmt::format("the replica-0 shards cover {} of the {} elements of tensor {}",
-                            covered, element_count(layout.global_shape),
-                            python_int_tuple(layout.global_shape)));
+    throw Error(fmt::format("the replica-0 shards cover {} of the {} elements of tensor {}", covered,
+                            element_count(layout.global_shape), python_int_tuple(layout.global_shape)));
   }
 }
 
-std::vector<std::byte> assemble_from_shards(const ShardLayout& layout,
-                                            std::span<const std::vector<std::byte>> shards,
+std::vector<std::byte> assemble_from_shards(const ShardLayout& layout, std::span<const std::vector<std::byte>> shards,
                                             std::size_t element_size) {
   std::vector<std::span<const std::byte>> views(shards.begin(), shards.end());
-  std::vector<std::byte> global(static_cast<std::size_t>(element_count(layout.global_shape)) *
-                                element_size);
+  std::vector<std::byte> global(static_cast<std::size_t>(element_count(layout.global_shape)) * element_size);
   assemble_from_shards(layout, views, element_size, global);
   return global;
 }

@@ -10,32 +10,36 @@ namespace shardflow {
 
 std::string_view to_string(ShardingType type) {
   switch (type) {
-    case ShardingType::kReplicated: return "REPLICATED";
-    case ShardingType::kMaximal: return "MAXIMAL";
-    case ShardingType::kTuple: return "TUPLE";
-    case ShardingType::kTiled: return "TILED";
-    case ShardingType::kManual: return "MANUAL";
-    case ShardingType::kPartial: return "PARTIAL";
-    case ShardingType::kUnknown: return "UNKNOWN";
+    case ShardingType::kReplicated:
+      return "REPLICATED";
+    case ShardingType::kMaximal:
+      return "MAXIMAL";
+    case ShardingType::kTuple:
+      return "TUPLE";
+    case ShardingType::kTiled:
+      return "TILED";
+    case ShardingType::kManual:
+      return "MANUAL";
+    case ShardingType::kPartial:
+      return "PARTIAL";
+    case ShardingType::kUnknown:
+      return "UNKNOWN";
   }
   return "UNKNOWN";
 }
 
 Sharding::Sharding(std::shared_ptr<const Mesh> mesh, std::vector<std::vector<int>> dim_axes,
                    std::vector<int> unreduced_axes)
-    : mesh_(std::move(mesh)), dim_axes_(std::move(dim_axes)),
-      unreduced_axes_(std::move(unreduced_axes)) {
+    : mesh_(std::move(mesh)), dim_axes_(std::move(dim_axes)), unreduced_axes_(std::move(unreduced_axes)) {
   if (!mesh_) throw Error("a sharding needs a mesh");
   std::sort(unreduced_axes_.begin(), unreduced_axes_.end());
   std::vector<bool> seen(static_cast<std::size_t>(mesh_->num_axes()), false);
   const auto claim = [&](int axis) {
     if (axis < 0 || axis >= mesh_->num_axes()) {
-      throw Error(fmt::format("sharding uses mesh axis {} but the mesh has {} axes", axis,
-                              mesh_->num_axes()));
+      throw Error(fmt::format("sharding uses mesh axis {} but the mesh has {} axes", axis, mesh_->num_axes()));
     }
     if (seen[static_cast<std::size_t>(axis)]) {
-      throw Error(fmt::format("sharding uses mesh axis '{}' more than once",
-                              mesh_->axis_label(axis)));
+      throw Error(fmt::format("sharding uses mesh axis '{}' more than once", mesh_->axis_label(axis)));
     }
     seen[static_cast<std::size_t>(axis)] = true;
   };
@@ -96,8 +100,7 @@ PartitionSpec Sharding::to_partition_spec() const {
     if (axes.empty()) {
       entries.push_back(none);
     } else if (axes.size() == 1) {
-      entries.push_back(mesh_->has_axis_names() ? SpecEntry(mesh_->axis_label(axes[0]))
-                                                : SpecEntry(axes[0]));
+      entries.push_back(mesh_->has_axis_names() ? SpecEntry(mesh_->axis_label(axes[0])) : SpecEntry(axes[0]));
     } else {
       std::vector<AxisRef> refs;
       for (int axis : axes) refs.push_back(ref(axis));
@@ -109,14 +112,19 @@ PartitionSpec Sharding::to_partition_spec() const {
 
 ShardingType sharding_type(const HloSharding& sharding) {
   switch (sharding.kind()) {
-    case HloSharding::Kind::kReplicated: return ShardingType::kReplicated;
-    case HloSharding::Kind::kMaximal: return ShardingType::kMaximal;
-    case HloSharding::Kind::kTuple: return ShardingType::kTuple;
-    case HloSharding::Kind::kManual: return ShardingType::kManual;
+    case HloSharding::Kind::kReplicated:
+      return ShardingType::kReplicated;
+    case HloSharding::Kind::kMaximal:
+      return ShardingType::kMaximal;
+    case HloSharding::Kind::kTuple:
+      return ShardingType::kTuple;
+    case HloSharding::Kind::kManual:
+      return ShardingType::kManual;
     case HloSharding::Kind::kTiled:
       return sharding.replicate_on_last_tile_dim() ? ShardingType::kPartial : ShardingType::kTiled;
     case HloSharding::Kind::kUnknown:
-    case HloSharding::Kind::kUnreduced: return ShardingType::kUnknown;
+    case HloSharding::Kind::kUnreduced:
+      return ShardingType::kUnknown;
   }
   return ShardingType::kUnknown;  // unreachable: the switch covers every kind
 }
@@ -201,8 +209,7 @@ HloSharding Sharding::to_hlo_v2() const {
     dims.push_back(replication);
     subgroups.push_back(SubgroupType::kReplicated);
   }
-  TileAssignment assignment(
-      IotaTileAssignment::create(std::move(dims), mesh_->mesh_shape(), std::move(perm)));
+  TileAssignment assignment(IotaTileAssignment::create(std::move(dims), mesh_->mesh_shape(), std::move(perm)));
   if (subgroups.empty()) return HloSharding::tile(std::move(assignment));
   return HloSharding::subgroup(std::move(assignment), std::move(subgroups));
 }
@@ -229,8 +236,7 @@ std::string Sharding::to_readable() const {
 
 std::string Sharding::to_readable(std::span<const int64_t> shape, std::string_view dtype) const {
   if (static_cast<int>(shape.size()) != rank()) {
-    throw Error(fmt::format("shape of rank {} does not match a sharding of rank {}", shape.size(),
-                            rank()));
+    throw Error(fmt::format("shape of rank {} does not match a sharding of rank {}", shape.size(), rank()));
   }
   std::string out = std::string(dtype) + "[";
   for (int d = 0; d < rank(); ++d) {

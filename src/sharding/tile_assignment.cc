@@ -11,9 +11,7 @@
 
 namespace shardflow {
 
-static std::string bracketed(const std::vector<int64_t>& values) {
-  return "[" + join_ints(values, ",") + "]";
-}
+static std::string bracketed(const std::vector<int64_t>& values) { return "[" + join_ints(values, ",") + "]"; }
 
 // Number of tiles; dims come from user text, so they are checked here.
 static int64_t product(const std::vector<int64_t>& values) {
@@ -31,8 +29,7 @@ static int64_t product(const std::vector<int64_t>& values) {
 }
 
 // Removes reshape dim `dim` (of size 1, or merged away) and renumbers `perm`.
-static void erase_reshape_dim(std::vector<int64_t>& reshape_dims, std::vector<int64_t>& perm,
-                              int64_t dim) {
+static void erase_reshape_dim(std::vector<int64_t>& reshape_dims, std::vector<int64_t>& perm, int64_t dim) {
   reshape_dims.erase(reshape_dims.begin() + dim);
   perm.erase(std::find(perm.begin(), perm.end(), dim));
   for (int64_t& p : perm) {
@@ -40,8 +37,7 @@ static void erase_reshape_dim(std::vector<int64_t>& reshape_dims, std::vector<in
   }
 }
 
-std::vector<int64_t> transpose_array(std::span<const int64_t> values,
-                                     std::span<const int64_t> dims,
+std::vector<int64_t> transpose_array(std::span<const int64_t> values, std::span<const int64_t> dims,
                                      std::span<const int64_t> perm) {
   const std::size_t rank = dims.size();
   assert(perm.size() == rank && "transpose_array needs one perm entry per dim");
@@ -73,29 +69,28 @@ IotaTileAssignment IotaTileAssignment::create(std::vector<int64_t> dims) {
   return create(std::move(dims), {n}, {0});
 }
 
-IotaTileAssignment IotaTileAssignment::create(std::vector<int64_t> dims,
-                                              std::vector<int64_t> reshape_dims,
+IotaTileAssignment IotaTileAssignment::create(std::vector<int64_t> dims, std::vector<int64_t> reshape_dims,
                                               std::vector<int64_t> perm) {
   if (perm.size() != reshape_dims.size()) {
-    throw Error(fmt::format("iota transpose T({}) has {} entries but the reshape dims {} have {}",
-                            join_ints(perm, ","), perm.size(), bracketed(reshape_dims),
-                            reshape_dims.size()));
+    throw Error(fmt::format("iota transpose T({}) has {} entries but the reshape dims {} have {}", join_ints(perm, ","),
+                            perm.size(), bracketed(reshape_dims), reshape_dims.size()));
   }
   std::vector<int64_t> sorted_perm = perm;
   std::sort(sorted_perm.begin(), sorted_perm.end());
   for (std::size_t i = 0; i < sorted_perm.size(); ++i) {
     if (sorted_perm[i] != static_cast<int64_t>(i)) {
-      throw Error(fmt::format("iota transpose T({}) is not a permutation of 0..{}",
-                              join_ints(perm, ","), perm.size() - 1));
+      throw Error(
+          fmt::format("iota transpose T({}) is not a permutation of 0..{}", join_ints(perm, ","), perm.size() - 1));
     }
   }
   for (int64_t d : reshape_dims) {
     if (d <= 0) throw Error("iota reshape dims must be positive, got " + bracketed(reshape_dims));
   }
   if (product(dims) != product(reshape_dims)) {
-    throw Error(fmt::format("tile assignment dims {} hold {} devices but the iota reshape dims {} "
-                            "hold {}", bracketed(dims), product(dims), bracketed(reshape_dims),
-                            product(reshape_dims)));
+    throw Error(
+        fmt::format("tile assignment dims {} hold {} devices but the iota reshape dims {} "
+                    "hold {}",
+                    bracketed(dims), product(dims), bracketed(reshape_dims), product(reshape_dims)));
   }
   bool changed = true;
   while (changed) {
@@ -110,8 +105,7 @@ IotaTileAssignment IotaTileAssignment::create(std::vector<int64_t> dims,
     for (std::size_t k = 0; !changed && k + 1 < perm.size(); ++k) {
       if (perm[k + 1] == perm[k] + 1) {
         const int64_t major = perm[k];
-        reshape_dims[static_cast<std::size_t>(major)] *=
-            reshape_dims[static_cast<std::size_t>(major + 1)];
+        reshape_dims[static_cast<std::size_t>(major)] *= reshape_dims[static_cast<std::size_t>(major + 1)];
         erase_reshape_dim(reshape_dims, perm, major + 1);
         changed = true;
       }
@@ -147,22 +141,19 @@ TileAssignment::TileAssignment(IotaTileAssignment iota) : dims_(iota.dims()), io
 TileAssignment::TileAssignment(std::vector<int64_t> dims, std::vector<int64_t> devices)
     : dims_(std::move(dims)), devices_(std::move(devices)) {
   if (static_cast<int64_t>(devices_.size()) != product(dims_)) {
-    throw Error(fmt::format("tile assignment {} needs {} devices but {} are listed",
-                            bracketed(dims_), product(dims_), devices_.size()));
+    throw Error(fmt::format("tile assignment {} needs {} devices but {} are listed", bracketed(dims_), product(dims_),
+                            devices_.size()));
   }
 }
 
 int64_t TileAssignment::num_elements() const { return product(dims_); }
 
-std::vector<int64_t> TileAssignment::devices() const {
-  return iota_ ? iota_->to_devices() : devices_;
-}
+std::vector<int64_t> TileAssignment::devices() const { return iota_ ? iota_->to_devices() : devices_; }
 
 TileAssignment TileAssignment::reshape(std::vector<int64_t> new_dims) const {
   assert(product(new_dims) == num_elements() && "reshape must keep the element count");
   if (iota_) {
-    return TileAssignment(
-        IotaTileAssignment::create(std::move(new_dims), iota_->reshape_dims(), iota_->perm()));
+    return TileAssignment(IotaTileAssignment::create(std::move(new_dims), iota_->reshape_dims(), iota_->perm()));
   }
   return TileAssignment(std::move(new_dims), devices_);
 }

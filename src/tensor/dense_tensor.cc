@@ -1,6 +1,7 @@
 #include "shardflow/tensor/dense_tensor.h"
 
 #include <fmt/format.h>
+#include <sys/mman.h>
 
 #include <array>
 #include <cstdlib>
@@ -9,8 +10,6 @@
 #include <mutex>
 #include <unordered_map>
 #include <vector>
-
-#include <sys/mman.h>
 
 #include "device_memory_counter.h"
 #include "shardflow/base/error.h"
@@ -80,7 +79,7 @@ class BufferPool {
   static constexpr std::size_t kAlignment = 64;
   static constexpr std::size_t kLargeAlignment = 4096;
   static constexpr std::size_t kPooledMin = std::size_t{64} << 10;  // smaller: SmallBufferCache
-  static constexpr std::size_t kMaxCached = std::size_t{1} << 30;  // bytes kept at most
+  static constexpr std::size_t kMaxCached = std::size_t{1} << 30;   // bytes kept at most
 #if defined(__SANITIZE_ADDRESS__)
   // AddressSanitizer finds a use after free only if the buffer is freed.
   static constexpr bool kRecycle = false;
@@ -212,8 +211,7 @@ DenseTensor DenseTensor::zeros(DType dtype, Shape shape) {
 
 DenseTensor DenseTensor::reshaped(Shape shape) const {
   if (shardflow::numel(shape) != numel_) {
-    throw Error(fmt::format("shape '{}' is invalid for input of size {}", shape_to_string(shape),
-                            numel_));
+    throw Error(fmt::format("shape '{}' is invalid for input of size {}", shape_to_string(shape), numel_));
   }
   DenseTensor view = *this;
   view.shape_ = std::move(shape);

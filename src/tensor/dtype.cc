@@ -6,24 +6,36 @@ namespace shardflow {
 
 std::string_view dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "f32";
-    case DType::kBF16: return "bf16";
-    case DType::kF16: return "f16";
-    case DType::kI64: return "i64";
-    case DType::kI32: return "i32";
-    case DType::kBool: return "bool";
+    case DType::kF32:
+      return "f32";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kF16:
+      return "f16";
+    case DType::kI64:
+      return "i64";
+    case DType::kI32:
+      return "i32";
+    case DType::kBool:
+      return "bool";
   }
   return "?";
 }
 
 std::string_view scalar_type_name(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "Float";
-    case DType::kBF16: return "BFloat16";
-    case DType::kF16: return "Half";
-    case DType::kI64: return "Long";
-    case DType::kI32: return "Int";
-    case DType::kBool: return "Bool";
+    case DType::kF32:
+      return "Float";
+    case DType::kBF16:
+      return "BFloat16";
+    case DType::kF16:
+      return "Half";
+    case DType::kI64:
+      return "Long";
+    case DType::kI32:
+      return "Int";
+    case DType::kBool:
+      return "Bool";
   }
   return "?";
 }
@@ -34,14 +46,13 @@ std::optional<DType> dtype_from_name(std::string_view name) {
     std::string_view name;
     DType dtype;
   };
-  static constexpr Alias kAliases[] = {
-      {"f32", DType::kF32},     {"float32", DType::kF32},  {"float", DType::kF32},
-      {"Float", DType::kF32},   {"bf16", DType::kBF16},    {"bfloat16", DType::kBF16},
-      {"BFloat16", DType::kBF16}, {"f16", DType::kF16},    {"float16", DType::kF16},
-      {"half", DType::kF16},    {"Half", DType::kF16},     {"i64", DType::kI64},
-      {"int64", DType::kI64},   {"long", DType::kI64},     {"Long", DType::kI64},
-      {"i32", DType::kI32},     {"int32", DType::kI32},    {"int", DType::kI32},
-      {"Int", DType::kI32},     {"bool", DType::kBool},    {"Bool", DType::kBool}};
+  static constexpr Alias kAliases[] = {{"f32", DType::kF32},       {"float32", DType::kF32}, {"float", DType::kF32},
+                                       {"Float", DType::kF32},     {"bf16", DType::kBF16},   {"bfloat16", DType::kBF16},
+                                       {"BFloat16", DType::kBF16}, {"f16", DType::kF16},     {"float16", DType::kF16},
+                                       {"half", DType::kF16},      {"Half", DType::kF16},    {"i64", DType::kI64},
+                                       {"int64", DType::kI64},     {"long", DType::kI64},    {"Long", DType::kI64},
+                                       {"i32", DType::kI32},       {"int32", DType::kI32},   {"int", DType::kI32},
+                                       {"Int", DType::kI32},       {"bool", DType::kBool},   {"Bool", DType::kBool}};
   for (const Alias& alias : kAliases) {
     if (alias.name == name) return alias.dtype;
   }
@@ -50,12 +61,18 @@ std::optional<DType> dtype_from_name(std::string_view name) {
 
 std::size_t element_size(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return 4;
-    case DType::kBF16: return 2;
-    case DType::kF16: return 2;
-    case DType::kI64: return 8;
-    case DType::kI32: return 4;
-    case DType::kBool: return 1;
+    case DType::kF32:
+      return 4;
+    case DType::kBF16:
+      return 2;
+    case DType::kF16:
+      return 2;
+    case DType::kI64:
+      return 8;
+    case DType::kI32:
+      return 4;
+    case DType::kBool:
+      return 1;
   }
   return 1;
 }
@@ -92,7 +109,7 @@ Float16 to_float16(float value) {
   const auto bits = std::bit_cast<uint32_t>(value);
   const auto sign = static_cast<uint16_t>((bits >> 16) & 0x8000);
   const uint32_t magnitude = bits & 0x7FFFFFFF;
-  if (magnitude > 0x7F800000) return {static_cast<uint16_t>(sign | 0x7E00)};  // NaN
+  if (magnitude > 0x7F800000) return {static_cast<uint16_t>(sign | 0x7E00)};   // NaN
   if (magnitude >= 0x477FF000) return {static_cast<uint16_t>(sign | 0x7C00)};  // overflow: inf
   if (magnitude < 0x38800000) {
     // Subnormal or zero: round magnitude * 2^24 to the nearest even integer.

@@ -3,8 +3,8 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <cctype>
 #include <atomic>
+#include <cctype>
 #include <cstring>
 #include <utility>
 
@@ -35,8 +35,8 @@ constexpr int64_t kMinMultiplyAddsPerBlock = int64_t{2} << 20;
 void sgemm(const GemmShape& s, const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
            bool accumulate) {
   cblas_sgemm(CblasRowMajor, s.transpose_a ? CblasTrans : CblasNoTrans, s.transpose_b ? CblasTrans : CblasNoTrans,
-              static_cast<int>(s.m), static_cast<int>(s.n), static_cast<int>(s.k), 1.0f, a, static_cast<int>(lda),
-              b, static_cast<int>(ldb), accumulate ? 1.0f : 0.0f, c, static_cast<int>(ldc));
+              static_cast<int>(s.m), static_cast<int>(s.n), static_cast<int>(s.k), 1.0f, a, static_cast<int>(lda), b,
+              static_cast<int>(ldb), accumulate ? 1.0f : 0.0f, c, static_cast<int>(ldc));
 }
 
 }  // namespace
@@ -74,8 +74,8 @@ void gemm_f32(const GemmShape& s, const float* a, const float* b, float* c, bool
   // other operand; once that outgrows the L2 cache (256 Ki floats) it comes
   // from memory, and blocks of 256 lines keep the copy to one element per
   // 256 multiply-adds.
-  const int64_t lines = std::max({kMinMultiplyAddsPerBlock / per_line, per_line >= (int64_t{1} << 18) ? int64_t{256} : 1,
-                                  int64_t{1}});
+  const int64_t lines =
+      std::max({kMinMultiplyAddsPerBlock / per_line, per_line >= (int64_t{1} << 18) ? int64_t{256} : 1, int64_t{1}});
   const int64_t block = (lines + 15) / 16 * 16;
   const int64_t blocks = std::max<int64_t>(length / block, 1);  // the last block takes the remainder
   parallel_for(blocks, 1, 1, [&](int64_t first, int64_t last) {
@@ -103,10 +103,10 @@ namespace {
 // OpenBLAS core names by the widest vector instructions their kernels use.
 int core_level(const std::string& corename) {
   static const std::pair<const char*, int> kCores[] = {
-      {"Prescott", 0},     {"Core2", 0},         {"Penryn", 0},     {"Dunnington", 0}, {"Nehalem", 0},
-      {"Atom", 0},         {"Barcelona", 0},     {"Opteron", 0},    {"Opteron_SSE3", 0}, {"Bobcat", 0},
-      {"Sandybridge", 1},  {"Bulldozer", 1},     {"Piledriver", 1}, {"Steamroller", 1}, {"Excavator", 1},
-      {"Haswell", 2},      {"Zen", 2},           {"SkylakeX", 3},   {"Cooperlake", 3},  {"SapphireRapids", 3}};
+      {"Prescott", 0},    {"Core2", 0},     {"Penryn", 0},     {"Dunnington", 0},   {"Nehalem", 0},
+      {"Atom", 0},        {"Barcelona", 0}, {"Opteron", 0},    {"Opteron_SSE3", 0}, {"Bobcat", 0},
+      {"Sandybridge", 1}, {"Bulldozer", 1}, {"Piledriver", 1}, {"Steamroller", 1},  {"Excavator", 1},
+      {"Haswell", 2},     {"Zen", 2},       {"SkylakeX", 3},   {"Cooperlake", 3},   {"SapphireRapids", 3}};
   for (const auto& [name, level] : kCores) {
     if (corename == name) return level;
   }

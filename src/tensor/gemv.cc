@@ -98,7 +98,8 @@ void dot_row(const float* w, int64_t k, const float* x, int64_t ldx, float out[k
     for (int c = 0; c < kChains; ++c) {
       const Vec::T wv = Vec::load(w + i + c * Vec::kLanes);
 #pragma GCC unroll 4
-      for (int b = 0; b < kBatch; ++b) acc[b][c] = Vec::fma(wv, Vec::load(x + b * ldx + i + c * Vec::kLanes), acc[b][c]);
+      for (int b = 0; b < kBatch; ++b)
+        acc[b][c] = Vec::fma(wv, Vec::load(x + b * ldx + i + c * Vec::kLanes), acc[b][c]);
     }
   }
   // The whole vectors left over continue the chains in order.
@@ -179,14 +180,30 @@ void gemv_f32(int64_t m, int64_t n, int64_t k, const float* b, const float* x, f
     float* y_rows = y + done * n;
     const int64_t rows = std::min(m - done, kMaxGemvRows);
     switch (rows) {
-      case 1: rows_of.template operator()<1>(x_rows, y_rows); break;
-      case 2: rows_of.template operator()<2>(x_rows, y_rows); break;
-      case 3: rows_of.template operator()<3>(x_rows, y_rows); break;
-      case 4: rows_of.template operator()<4>(x_rows, y_rows); break;
-      case 5: rows_of.template operator()<5>(x_rows, y_rows); break;
-      case 6: rows_of.template operator()<6>(x_rows, y_rows); break;
-      case 7: rows_of.template operator()<7>(x_rows, y_rows); break;
-      default: rows_of.template operator()<8>(x_rows, y_rows); break;
+      case 1:
+        rows_of.template operator()<1>(x_rows, y_rows);
+        break;
+      case 2:
+        rows_of.template operator()<2>(x_rows, y_rows);
+        break;
+      case 3:
+        rows_of.template operator()<3>(x_rows, y_rows);
+        break;
+      case 4:
+        rows_of.template operator()<4>(x_rows, y_rows);
+        break;
+      case 5:
+        rows_of.template operator()<5>(x_rows, y_rows);
+        break;
+      case 6:
+        rows_of.template operator()<6>(x_rows, y_rows);
+        break;
+      case 7:
+        rows_of.template operator()<7>(x_rows, y_rows);
+        break;
+      default:
+        rows_of.template operator()<8>(x_rows, y_rows);
+        break;
     }
     done += rows;
   }

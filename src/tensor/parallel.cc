@@ -102,8 +102,7 @@ class KernelPool {
       ranges_[part].word.store(range_word(generation_, claim_units * (part + 1) / parts, claim_units * part / parts),
                                std::memory_order_release);
     }
-    job_word_.store((uint64_t{generation_} << kWorkerBits) | static_cast<uint64_t>(helpers),
-                    std::memory_order_release);
+    job_word_.store((uint64_t{generation_} << kWorkerBits) | static_cast<uint64_t>(helpers), std::memory_order_release);
     job_word_.notify_all();
     run_chunks(generation_, 0);
     for (int spins = 0; done_.load(std::memory_order_acquire) != claim_units; ++spins) {

@@ -55,9 +55,7 @@ Dims row_major_strides(std::span<const int64_t> shape) {
   return strides;
 }
 
-std::string shape_to_string(std::span<const int64_t> shape) {
-  return "[" + join_ints(shape, ",") + "]";
-}
+std::string shape_to_string(std::span<const int64_t> shape) { return "[" + join_ints(shape, ",") + "]"; }
 
 Shape broadcast_shapes(std::span<const int64_t> a, std::span<const int64_t> b) {
   const std::size_t rank = std::max(a.size(), b.size());
@@ -67,8 +65,10 @@ Shape broadcast_shapes(std::span<const int64_t> a, std::span<const int64_t> b) {
     const int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
     const int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
     if (da != db && da != 1 && db != 1) {
-      throw Error(fmt::format("The size of tensor a ({}) must match the size of tensor b ({}) "
-                              "at non-singleton dimension {}", da, db, i));
+      throw Error(
+          fmt::format("The size of tensor a ({}) must match the size of tensor b ({}) "
+                      "at non-singleton dimension {}",
+                      da, db, i));
     }
     result[i] = da == 1 ? db : da;
   }
@@ -78,8 +78,10 @@ Shape broadcast_shapes(std::span<const int64_t> a, std::span<const int64_t> b) {
 int64_t wrap_dim(int64_t dim, int64_t rank) {
   const int64_t extent = std::max<int64_t>(rank, 1);
   if (dim < -extent || dim >= extent) {
-    throw Error(fmt::format("Dimension out of range (expected to be in range of [{}, {}], but "
-                            "got {})", -extent, extent - 1, dim));
+    throw Error(
+        fmt::format("Dimension out of range (expected to be in range of [{}, {}], but "
+                    "got {})",
+                    -extent, extent - 1, dim));
   }
   return dim < 0 ? dim + extent : dim;
 }

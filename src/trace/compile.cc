@@ -38,9 +38,7 @@ void GraphRunner::fetch_shards(std::vector<DenseTensor>& shards, const ShardLayo
   }
 }
 
-void throw_compiled_not_called() {
-  throw Error("the compiled function has not been called yet, so it has no graph");
-}
+void throw_compiled_not_called() { throw Error("the compiled function has not been called yet, so it has no graph"); }
 
 namespace {
 
@@ -104,8 +102,7 @@ struct CompiledFunction::State {
 
   // The cache entry for these inputs (tracing a new one if needed) and the
   // captured tensors of this call.
-  std::pair<CacheEntry*, std::vector<std::shared_ptr<TensorImpl>>> lookup(
-      const std::vector<Tensor>& inputs) {
+  std::pair<CacheEntry*, std::vector<std::shared_ptr<TensorImpl>>> lookup(const std::vector<Tensor>& inputs) {
     ops::register_all_ops();
     std::vector<TensorType> types;
     std::vector<std::string> shardings;
@@ -162,8 +159,7 @@ struct CompiledFunction::State {
   }
 };
 
-CompiledFunction::CompiledFunction(Body body, std::string name, GuardMode guards)
-    : state_(std::make_shared<State>()) {
+CompiledFunction::CompiledFunction(Body body, std::string name, GuardMode guards) : state_(std::make_shared<State>()) {
   state_->body = std::move(body);
   state_->name = std::move(name);
   state_->guards = guards;
@@ -232,14 +228,17 @@ std::vector<Tensor> CompiledFunction::call(const std::vector<Tensor>& inputs) {
   std::vector<DenseTensor> values;
   const auto value_of = [&](const Tensor& tensor, const Value& input) {
     if (tensor.is_meta()) {
-      throw Error(fmt::format("compile(): input %{} is shape-only (meta), so the graph cannot run; "
-                              "use trace() to trace without running", input.name()));
+      throw Error(
+          fmt::format("compile(): input %{} is shape-only (meta), so the graph cannot run; "
+                      "use trace() to trace without running",
+                      input.name()));
     }
     return tensor.value();
   };
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     const std::shared_ptr<TensorImpl>& impl = inputs[i].impl();
-    if (state_->is_donated(i) && impl.use_count() == 1 && impl->value && !impl->sharding && impl->value->is_sole_owner()) {
+    if (state_->is_donated(i) && impl.use_count() == 1 && impl->value && !impl->sharding &&
+        impl->value->is_sole_owner()) {
       values.push_back(std::move(*impl->value));  // the buffer now belongs to the call
       impl->value.reset();
       impl->donated_to = state_->name;

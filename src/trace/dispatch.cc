@@ -121,7 +121,8 @@ std::vector<Tensor> call_multi(std::string_view name, std::vector<Arg> args) {
       const TensorImpl& impl = *tensor->impl();
       const bool traced = trace != nullptr && trace->must_record(std::span(&tensor->impl(), 1));
       if (traced) {
-        call_arg.traced_origin = impl.traced_value ? traced_origin(impl) : "a tensor captured from outside the compiled function";
+        call_arg.traced_origin =
+            impl.traced_value ? traced_origin(impl) : "a tensor captured from outside the compiled function";
       } else if (impl.is_concrete() && !is_floating(impl.type.dtype) && impl.type.rank() <= 1 &&
                  impl.type.shape.size() <= 1 && numel(impl.type.shape) <= 64) {
         call_arg.known_int_values = tensor->to_ints();  // an int list given as a small tensor

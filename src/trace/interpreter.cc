@@ -36,9 +36,14 @@ GraphInterpreter::GraphInterpreter(const Graph& graph) : graph_(graph) {
         releases.push_back(operands.back());
       }
     }
-    Step step{&node, &node.op().kernel, node.op_args(), static_cast<uint32_t>(slot_lists_.size()),
-              static_cast<uint32_t>(operands.size()), static_cast<uint32_t>(node.outputs().size()),
-              static_cast<uint32_t>(releases.size()), -1};
+    Step step{&node,
+              &node.op().kernel,
+              node.op_args(),
+              static_cast<uint32_t>(slot_lists_.size()),
+              static_cast<uint32_t>(operands.size()),
+              static_cast<uint32_t>(node.outputs().size()),
+              static_cast<uint32_t>(releases.size()),
+              -1};
     std::vector<TensorType> input_types, output_types;
     for (const Value* input : node.inputs()) input_types.push_back(input->type());
     for (const Value* output : node.outputs()) output_types.push_back(output->type());
@@ -65,16 +70,14 @@ GraphInterpreter::GraphInterpreter(const Graph& graph) : graph_(graph) {
 std::vector<DenseTensor> GraphInterpreter::run(std::vector<DenseTensor> inputs, OpProfile* profile) const {
   const Graph& graph = graph_;
   if (inputs.size() != graph.inputs().size()) {
-    throw Error(fmt::format("graph @{} takes {} inputs, got {}", graph.name(), graph.inputs().size(),
-                            inputs.size()));
+    throw Error(fmt::format("graph @{} takes {} inputs, got {}", graph.name(), graph.inputs().size(), inputs.size()));
   }
   std::vector<DenseTensor> slots(num_slots_);
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     const TensorType expected = graph.inputs()[i]->type();
     if (inputs[i].dtype() != expected.dtype || inputs[i].shape() != expected.shape) {
-      throw Error(fmt::format("input %{} of graph @{} is {} but got {}{}", graph.inputs()[i]->name(),
-                              graph.name(), expected.to_string(), dtype_name(inputs[i].dtype()),
-                              shape_to_string(inputs[i].shape())));
+      throw Error(fmt::format("input %{} of graph @{} is {} but got {}{}", graph.inputs()[i]->name(), graph.name(),
+                              expected.to_string(), dtype_name(inputs[i].dtype()), shape_to_string(inputs[i].shape())));
     }
     slots[i] = std::move(inputs[i]);
   }

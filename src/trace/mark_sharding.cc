@@ -11,14 +11,13 @@
 namespace shardflow {
 
 // Inside a trace: record the op and make later uses of `tensor` see it.
-static void annotate_in_trace(TraceContext& trace, const Tensor& tensor, const Mesh& mesh,
-                              const PartitionSpec& spec) {
+static void annotate_in_trace(TraceContext& trace, const Tensor& tensor, const Mesh& mesh, const PartitionSpec& spec) {
   // A shape-only tensor made in this trace has no recipe to annotate: it
   // becomes a graph input, whose annotation is recorded like any other.
   if (tensor.impl()->meta) trace.value_of(tensor.impl());
   const ops::MarkShardingStrings strings = ops::encode_mark_sharding(mesh, spec);
   const Tensor annotated = ops::call(ops::kMarkShardingOp, {tensor, strings.device_ids, strings.mesh_shape,
-                                                           strings.axis_names, strings.partition_spec});
+                                                            strings.axis_names, strings.partition_spec});
   TensorImpl& impl = *tensor.impl();
   if (annotated.impl()->traced_value != nullptr) {
     trace.replace(tensor.impl(), annotated.impl()->traced_value);

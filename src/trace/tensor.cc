@@ -25,19 +25,21 @@ std::shared_ptr<TensorImpl> make_concrete_impl(DenseTensor value) {
 }
 
 void throw_donated(const TensorImpl& impl) {
-  throw Error(fmt::format("this tensor ({}) was donated to the compiled function '{}', which reused its buffer "
-                          "for its outputs; use those outputs instead",
-                          impl.type.to_string(), impl.donated_to));
+  throw Error(
+      fmt::format("this tensor ({}) was donated to the compiled function '{}', which reused its buffer "
+                  "for its outputs; use those outputs instead",
+                  impl.type.to_string(), impl.donated_to));
 }
 
 DenseTensor gather_value(const TensorImpl& impl) {
   if (impl.meta) {
-    throw Error("tensor " + impl.type.to_string() +
-                " is shape-only (meta); it has no values to read or compute with");
+    throw Error("tensor " + impl.type.to_string() + " is shape-only (meta); it has no values to read or compute with");
   }
   if (impl.traced_value != nullptr) {
-    throw Error("this tensor depends on the inputs of the compiled function, so its values are "
-                "not known while tracing; it is computed by: " + traced_origin(impl));
+    throw Error(
+        "this tensor depends on the inputs of the compiled function, so its values are "
+        "not known while tracing; it is computed by: " +
+        traced_origin(impl));
   }
   if (!impl.donated_to.empty()) throw_donated(impl);
   if (impl.value) return *impl.value;
@@ -72,8 +74,7 @@ Tensor Tensor::meta(DType dtype, Shape shape) {
 
 Tensor Tensor::from_floats(std::span<const float> values, Shape shape) {
   if (static_cast<int64_t>(values.size()) != shardflow::numel(shape)) {
-    throw Error(fmt::format("{} values do not fill a tensor of shape {}", values.size(),
-                            shape_to_string(shape)));
+    throw Error(fmt::format("{} values do not fill a tensor of shape {}", values.size(), shape_to_string(shape)));
   }
   DenseTensor value = DenseTensor::empty(DType::kF32, std::move(shape));
   std::copy(values.begin(), values.end(), value.data_as<float>());
@@ -82,8 +83,7 @@ Tensor Tensor::from_floats(std::span<const float> values, Shape shape) {
 
 Tensor Tensor::from_ints(std::span<const int64_t> values, Shape shape, DType dtype) {
   if (static_cast<int64_t>(values.size()) != shardflow::numel(shape)) {
-    throw Error(fmt::format("{} values do not fill a tensor of shape {}", values.size(),
-                            shape_to_string(shape)));
+    throw Error(fmt::format("{} values do not fill a tensor of shape {}", values.size(), shape_to_string(shape)));
   }
   DenseTensor value = DenseTensor::empty(dtype, std::move(shape));
   visit_dtype(dtype, [&](auto tag) {
@@ -102,8 +102,7 @@ Tensor Tensor::scalar(double value, DType dtype) {
   return Tensor(std::move(data));
 }
 
-Tensor Tensor::from_shards(DType dtype, Shape shape, const Sharding& sharding,
-                           std::vector<DenseTensor> shards) {
+Tensor Tensor::from_shards(DType dtype, Shape shape, const Sharding& sharding, std::vector<DenseTensor> shards) {
   auto impl = std::make_shared<TensorImpl>();
   ShardLayout layout = shard_layout(sharding, shape);
   if (shards.size() != layout.shards.size()) {
@@ -211,8 +210,8 @@ std::vector<LocalShard> Tensor::local_shards() const {
   const ShardLayout& layout = *impl_->layout;
   for (std::size_t i = 0; i < layout.shards.size(); ++i) {
     const DeviceShard& shard = layout.shards[i];
-    result.push_back({shard.device, shard.replica_id, shard.slices, shard.whole,
-                      impl_->meta ? DenseTensor() : impl_->shards[i]});
+    result.push_back(
+        {shard.device, shard.replica_id, shard.slices, shard.whole, impl_->meta ? DenseTensor() : impl_->shards[i]});
   }
   return result;
 }
@@ -228,8 +227,7 @@ Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
   return shardflow::flatten(*this, start_dim, end_dim);
 }
 Tensor Tensor::expand(Shape size) const { return shardflow::expand(*this, std::move(size)); }
-Tensor Tensor::slice(int64_t dim, std::optional<int64_t> start, std::optional<int64_t> end,
-                     int64_t step) const {
+Tensor Tensor::slice(int64_t dim, std::optional<int64_t> start, std::optional<int64_t> end, int64_t step) const {
   return shardflow::slice(*this, dim, start, end, step);
 }
 Tensor Tensor::select(int64_t dim, int64_t index) const { return shardflow::select(*this, dim, index); }
@@ -242,9 +240,7 @@ Tensor Tensor::mean(std::vector<int64_t> dims, bool keepdim) const {
 Tensor Tensor::amax(std::vector<int64_t> dims, bool keepdim) const {
   return shardflow::amax(*this, std::move(dims), keepdim);
 }
-Tensor Tensor::argmax(std::optional<int64_t> dim, bool keepdim) const {
-  return shardflow::argmax(*this, dim, keepdim);
-}
+Tensor Tensor::argmax(std::optional<int64_t> dim, bool keepdim) const { return shardflow::argmax(*this, dim, keepdim); }
 Tensor Tensor::softmax(int64_t dim) const { return shardflow::softmax(*this, dim); }
 Tensor Tensor::to(DType dtype) const { return ops::call("aten::to.dtype", {*this, dtype}); }
 Tensor Tensor::pow(double exponent) const { return shardflow::pow(*this, exponent); }

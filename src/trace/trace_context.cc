@@ -17,8 +17,9 @@ static std::atomic<uint64_t> g_next_trace_id{1};
 TraceContext::TraceContext(TraceRecord& record, bool replay)
     : record_(record), replay_(replay), id_(g_next_trace_id++), previous_(t_current) {
   if (previous_ != nullptr) {
-    throw Error("compile(): a compiled function was called while another one is being traced; "
-                "nested compiled functions are not supported (call the inner function directly)");
+    throw Error(
+        "compile(): a compiled function was called while another one is being traced; "
+        "nested compiled functions are not supported (call the inner function directly)");
   }
   t_current = this;
 }
@@ -54,9 +55,10 @@ bool TraceContext::must_record(std::span<const std::shared_ptr<TensorImpl>> tens
 Value* TraceContext::capture(const std::shared_ptr<TensorImpl>& tensor) {
   if (tensor->traced_value != nullptr) {
     // A traced tensor of another (finished) trace.
-    throw Error(fmt::format("a tensor computed while tracing a compiled function was used outside "
-                            "that trace (it is %{}, which has no value)",
-                            tensor->traced_value->name()));
+    throw Error(
+        fmt::format("a tensor computed while tracing a compiled function was used outside "
+                    "that trace (it is %{}, which has no value)",
+                    tensor->traced_value->name()));
   }
   const std::size_t position = captured_.size();
   const std::size_t input_index = record_.num_explicit_inputs + position;
@@ -116,8 +118,7 @@ static bool same_arg(const NodeArg& a, const NodeArg& b) {
   if (a.is_constant()) {
     // Exact comparison, except that NaN constants match each other.
     return a.constant() == b.constant() || (a.constant().kind() == Constant::Kind::kFloat &&
-                                            std::isnan(a.constant().as_float()) &&
-                                            std::isnan(b.constant().as_float()));
+                                            std::isnan(a.constant().as_float()) && std::isnan(b.constant().as_float()));
   }
   return a.value == b.value;
 }
@@ -129,7 +130,9 @@ std::vector<Tensor> TraceContext::record(const OpDef& op, const OpArgs& args,
   for (const BoundArg& bound : args.all()) {
     NodeArg arg;
     switch (bound.kind) {
-      case BoundArg::Kind::kConstant: arg.value = bound.constant; break;
+      case BoundArg::Kind::kConstant:
+        arg.value = bound.constant;
+        break;
       case BoundArg::Kind::kTensor:
         arg.value = value_of(tensors[static_cast<std::size_t>(bound.tensors[0])]);
         break;

@@ -62,8 +62,7 @@ class TraceContext {
   bool must_record(std::span<const std::shared_ptr<TensorImpl>> tensors) const;
 
   // Records (or matches) a node; returns its symbolic outputs.
-  std::vector<Tensor> record(const OpDef& op, const OpArgs& args,
-                             std::span<const std::shared_ptr<TensorImpl>> tensors,
+  std::vector<Tensor> record(const OpDef& op, const OpArgs& args, std::span<const std::shared_ptr<TensorImpl>> tensors,
                              std::vector<TensorType> output_types);
 
   // mark_sharding inside a trace annotates `tensor` in place: later uses of

@@ -40,8 +40,8 @@ class PyValue {
   int64_t as_int() const;
   double as_float() const;
   const std::string& as_string() const;
-  const std::vector<PyValue>& items() const;                            // tuple or list
-  const std::vector<std::pair<PyValue, PyValue>>& entries() const;      // dict
+  const std::vector<PyValue>& items() const;                        // tuple or list
+  const std::vector<std::pair<PyValue, PyValue>>& entries() const;  // dict
   // The value stored under a string key of a dict, or nullptr.
   const PyValue* find(std::string_view key) const;
 

@@ -39,8 +39,7 @@ struct CallArg {
 // shardflow::Error with PyTorch's wording on a missing, extra, repeated or
 // mistyped argument. `tensor_types` describe the call's tensors (for values
 // in messages).
-OpArgs bind_arguments(const OpDef& op, std::span<const CallArg> args,
-                      std::span<const TensorType> tensor_types);
+OpArgs bind_arguments(const OpDef& op, std::span<const CallArg> args, std::span<const TensorType> tensor_types);
 
 // Like bind_arguments, but returns nullopt instead of throwing (for picking an
 // overload).

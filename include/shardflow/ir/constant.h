@@ -16,16 +16,16 @@ class Constant {
  public:
   enum class Kind { kNone, kBool, kInt, kFloat, kString, kIntList, kFloatList, kDType };
 
-  Constant() = default;  // None
-  Constant(bool value) : value_(value) {}                   // NOLINT: implicit by design
-  Constant(int value) : value_(int64_t{value}) {}           // NOLINT
-  Constant(int64_t value) : value_(value) {}                // NOLINT
-  Constant(double value) : value_(value) {}                 // NOLINT
-  Constant(const char* value) : value_(std::string(value)) {}  // NOLINT
-  Constant(std::string value) : value_(std::move(value)) {}    // NOLINT
+  Constant() = default;                                               // None
+  Constant(bool value) : value_(value) {}                             // NOLINT: implicit by design
+  Constant(int value) : value_(int64_t{value}) {}                     // NOLINT
+  Constant(int64_t value) : value_(value) {}                          // NOLINT
+  Constant(double value) : value_(value) {}                           // NOLINT
+  Constant(const char* value) : value_(std::string(value)) {}         // NOLINT
+  Constant(std::string value) : value_(std::move(value)) {}           // NOLINT
   Constant(std::vector<int64_t> value) : value_(std::move(value)) {}  // NOLINT
   Constant(std::vector<double> value) : value_(std::move(value)) {}   // NOLINT
-  Constant(DType value) : value_(value) {}                  // NOLINT
+  Constant(DType value) : value_(value) {}                            // NOLINT
 
   Kind kind() const { return static_cast<Kind>(value_.index()); }
   bool is_none() const { return kind() == Kind::kNone; }
@@ -50,8 +50,7 @@ class Constant {
   friend bool operator==(const Constant&, const Constant&) = default;
 
  private:
-  std::variant<std::monostate, bool, int64_t, double, std::string, std::vector<int64_t>,
-               std::vector<double>, DType>
+  std::variant<std::monostate, bool, int64_t, double, std::string, std::vector<int64_t>, std::vector<double>, DType>
       value_;
 };
 

@@ -33,8 +33,7 @@ struct BoundArg {
 // slot is filled (defaults included).
 class OpArgs {
  public:
-  OpArgs(const FunctionSchema& schema, std::vector<BoundArg> args)
-      : schema_(&schema), args_(std::move(args)) {}
+  OpArgs(const FunctionSchema& schema, std::vector<BoundArg> args) : schema_(&schema), args_(std::move(args)) {}
 
   const FunctionSchema& schema() const { return *schema_; }
   std::size_t size() const { return args_.size(); }
@@ -63,16 +62,14 @@ class OpArgs {
 };
 
 // Families, used by propagation priorities and by generic lowering.
-enum class OpFamily { kElementwise, kMovement, kReduction, kContraction, kIndexing, kCreation,
-                      kAnnotation };
+enum class OpFamily { kElementwise, kMovement, kReduction, kContraction, kIndexing, kCreation, kAnnotation };
 
 using InferFn = std::function<std::vector<TensorType>(const OpArgs&, std::span<const TensorType>)>;
 using RuleFn = std::function<OpShardingRule(const OpArgs&, std::span<const TensorType> inputs,
                                             std::span<const TensorType> outputs)>;
-using KernelFn =
-    std::function<std::vector<DenseTensor>(const OpArgs&, std::span<const DenseTensor>)>;
-using KeepsOrderFn = std::function<bool(const OpArgs&, std::span<const TensorType> inputs,
-                                        std::span<const TensorType> outputs)>;
+using KernelFn = std::function<std::vector<DenseTensor>(const OpArgs&, std::span<const DenseTensor>)>;
+using KeepsOrderFn =
+    std::function<bool(const OpArgs&, std::span<const TensorType> inputs, std::span<const TensorType> outputs)>;
 
 // A device's shard of an op's indexed dim (FactorKind::kIndexed): the global
 // index of its first row, and the dim's global extent (the last shard of an
@@ -89,11 +86,11 @@ using WindowedKernelFn =
 // them, leaving its result unreduced too, so that the reduction waits until a
 // consumer needs whole values (as Megatron's row-parallel layers do).
 enum class Linearity {
-  kNone,       // needs reduced operands (exp, gelu, softmax, add of a number, ...)
-  kLinear,     // linear in its one tensor operand (neg, movement ops, sum, mul by a number;
-               // not div, whose parts by a zero add to NaN)
-  kAdditive,   // add/sub of tensors: fine when every operand is unreduced the same way
-  kBilinear,   // mul, matmul: linear in each operand while the others are reduced
+  kNone,      // needs reduced operands (exp, gelu, softmax, add of a number, ...)
+  kLinear,    // linear in its one tensor operand (neg, movement ops, sum, mul by a number;
+              // not div, whose parts by a zero add to NaN)
+  kAdditive,  // add/sub of tensors: fine when every operand is unreduced the same way
+  kBilinear,  // mul, matmul: linear in each operand while the others are reduced
 };
 
 struct OpDef {

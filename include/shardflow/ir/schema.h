@@ -20,8 +20,18 @@ namespace shardflow {
 
 struct SchemaType {
   enum class Kind {
-    kTensor, kInt, kSymInt, kFloat, kBool, kStr, kScalar, kScalarType, kLayout, kDevice,
-    kMemoryFormat, kGenerator
+    kTensor,
+    kInt,
+    kSymInt,
+    kFloat,
+    kBool,
+    kStr,
+    kScalar,
+    kScalarType,
+    kLayout,
+    kDevice,
+    kMemoryFormat,
+    kGenerator
   };
   Kind kind = Kind::kTensor;
   bool is_list = false;

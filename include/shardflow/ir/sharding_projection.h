@@ -49,8 +49,7 @@ DimProjection project_to_dim(const Mesh& mesh, const OpShardingRule& rule, const
 
 // project_to_dim for every dim of a tensor (`mapping`: its entry of the
 // rule's operands or results).
-std::vector<std::vector<int>> project_to_dims(const Mesh& mesh, const OpShardingRule& rule,
-                                              const DimFactors& mapping,
+std::vector<std::vector<int>> project_to_dims(const Mesh& mesh, const OpShardingRule& rule, const DimFactors& mapping,
                                               const std::vector<std::vector<int>>& factor_axes);
 
 }  // namespace shardflow

@@ -73,8 +73,7 @@ class RuleBuilder {
 
   // One factor on the given dim of each operand and result (-1: absent).
   int add_factor(std::vector<int> operand_dims, std::vector<int> result_dims, int64_t size,
-                 FactorKind kind = FactorKind::kPassThrough,
-                 ReduceOp reduction = ReduceOp::kSum);
+                 FactorKind kind = FactorKind::kPassThrough, ReduceOp reduction = ReduceOp::kSum);
   // Appends `factor` (as the next, more minor, part) to one dim.
   void map_operand(int operand, int dim, int factor);
   void map_result(int result, int dim, int factor);

@@ -34,7 +34,7 @@ struct Config {
   int64_t n_heads = 0;
   int64_t n_kv_heads = 0;  // grouped-query attention when < n_heads
   int64_t vocab_size = 0;
-  int64_t seq_len = 0;     // the KV cache holds this many positions
+  int64_t seq_len = 0;            // the KV cache holds this many positions
   bool shared_classifier = true;  // output head tied to the token embedding
   double norm_eps = 1e-5;
   double rope_theta = 10000;
@@ -59,8 +59,8 @@ struct Weights {
   Config config;
   Tensor tok_embeddings;  // [vocab, dim]
   std::vector<LayerWeights> layers;
-  Tensor norm;            // [dim]
-  Tensor output;          // [vocab, dim] (the embedding itself when tied)
+  Tensor norm;    // [dim]
+  Tensor output;  // [vocab, dim] (the embedding itself when tied)
 };
 
 // Where each parameter and annotated activation lives on the mesh: data,
@@ -135,14 +135,14 @@ class Model {
   Weights weights_;
   std::optional<ShardingPlan> plan_;
   Tensor rope_cos_, rope_sin_;  // [seq_len, hd]: per element of a head, see rotary()
-  Tensor rope_pair_swap_;        // [hd] i64: 1, 0, 3, 2, ...
+  Tensor rope_pair_swap_;       // [hd] i64: 1, 0, 3, 2, ...
   std::shared_ptr<CompiledFunction> prefill_, decode_;
 };
 
 struct SamplingOptions {
-  int64_t steps = 16;        // tokens generated after the prompt
-  double temperature = 0;    // 0: greedy
-  double top_p = 0.9;        // nucleus sampling when temperature > 0 (1: off)
+  int64_t steps = 16;      // tokens generated after the prompt
+  double temperature = 0;  // 0: greedy
+  double top_p = 0.9;      // nucleus sampling when temperature > 0 (1: off)
   uint64_t seed = 0;
   bool keep_logits = false;  // record every step's logits (for comparisons)
   // Called after each generated token (for progress displays).
@@ -154,13 +154,12 @@ struct Generation {
   std::vector<std::vector<float>> logits;    // per step: [B * vocab] (keep_logits)
   double prefill_seconds = 0;                // includes tracing and partitioning
   double decode_seconds = 0;
-  int64_t prompt_tokens = 0;                 // per row
+  int64_t prompt_tokens = 0;  // per row
 };
 
 // Greedy or temperature/top-p generation; `prompts` holds one token list per
 // batch row, all of the same length (at least 1).
-Generation generate(Model& model, const std::vector<std::vector<int64_t>>& prompts,
-                    const SamplingOptions& options);
+Generation generate(Model& model, const std::vector<std::vector<int64_t>>& prompts, const SamplingOptions& options);
 
 // What a generation holds in memory, computed from the config and the
 // request before anything is allocated (issue: a small checkpoint with a

@@ -46,8 +46,7 @@ class Tokenizer {
   // when the file is missing, truncated, corrupt, or has bytes after the last record.
   static Tokenizer load(const std::filesystem::path& path, int64_t vocab_size);
   // The same from bytes in memory; `source_name` starts every error message.
-  static Tokenizer parse(std::span<const std::byte> bytes, int64_t vocab_size,
-                         const std::string& source_name);
+  static Tokenizer parse(std::span<const std::byte> bytes, int64_t vocab_size, const std::string& source_name);
   // Reads a Hugging Face tokenizer.json for a model of `vocab_size` tokens
   // (ids the file does not use decode to nothing). Throws shardflow::Error,
   // naming the file and the field, when it is missing, not JSON, or not a
@@ -151,9 +150,7 @@ class Tokenizer {
   // Hashes std::string and std::string_view alike so lookups need no copy.
   struct StringHash {
     using is_transparent = void;
-    std::size_t operator()(std::string_view text) const {
-      return std::hash<std::string_view>{}(text);
-    }
+    std::size_t operator()(std::string_view text) const { return std::hash<std::string_view>{}(text); }
   };
 
   // The ranked merge of a pair of ids, for tokenizers that have them.

@@ -27,14 +27,14 @@ std::string_view to_string(CollectiveKind kind);
 // A collective as the program reports it.
 struct CollectiveInfo {
   CollectiveKind kind = CollectiveKind::kAllReduce;
-  std::vector<int> axes;        // the mesh axes it runs over
+  std::vector<int> axes;  // the mesh axes it runs over
   ReduceOp reduction = ReduceOp::kSum;
-  int64_t bytes_per_device = 0; // the larger local buffer: what a reduce takes in (all-reduce,
-                                // reduce-scatter), what a gather puts out (all-gather)
-  const Value* value = nullptr; // the graph value it moves
-  int rounds = 1;               // a halo exchange's collective-permutes (halo.h); bytes_per_device
-                                // is what a device sends at most in all of them
-  std::string reason;           // one line: why it is there, with the origin of the sharding
+  int64_t bytes_per_device = 0;  // the larger local buffer: what a reduce takes in (all-reduce,
+                                 // reduce-scatter), what a gather puts out (all-gather)
+  const Value* value = nullptr;  // the graph value it moves
+  int rounds = 1;                // a halo exchange's collective-permutes (halo.h); bytes_per_device
+                                 // is what a device sends at most in all of them
+  std::string reason;            // one line: why it is there, with the origin of the sharding
   // The device groups it runs in (one per combination of the other axes).
   std::vector<std::vector<int64_t>> groups(const Mesh& mesh) const;
   // "all-reduce over 'model' (2 MiB/device): <reason>"
@@ -69,9 +69,9 @@ struct Instruction {
   // dims_before and dims_after say what it does).
   int dim = 0;
   int concat_dim = 0;
-  int64_t global_size = 0;         // the dim's global extent
-  std::vector<int> axes_before;    // the dim's sharding before (slices, masks); count-once's axes
-  std::vector<int> axes_after;     // and after
+  int64_t global_size = 0;       // the dim's global extent
+  std::vector<int> axes_before;  // the dim's sharding before (slices, masks); count-once's axes
+  std::vector<int> axes_after;   // and after
   // Collective-permute: every dim's sharding before and after (the same tile
   // count per dim, over other axes or in another order). All-to-all: the
   // same, each dim keeping its axes, losing some from its minor end or
@@ -79,8 +79,8 @@ struct Instruction {
   // without them is a halo exchange (halo.h) of dim `dim` of `global_size`
   // rows from tiles over `axes_before` to tiles over `axes_after`.
   std::vector<std::vector<int>> dims_before, dims_after;
-  double fill = 0;                 // kMaskPadding
-  double scale = 1;                // kCompute: multiply the result by it (mean over a sharded dim)
+  double fill = 0;   // kMaskPadding
+  double scale = 1;  // kCompute: multiply the result by it (mean over a sharded dim)
   // kCompute of a lookup in shards (an indexed factor, OpDef::windowed_kernel):
   // the input whose dim `dim` of `global_size` rows is split over
   // `axes_before`; -1 for a plain kernel call. indexed_write: the op writes
@@ -96,13 +96,13 @@ struct Instruction {
 
 struct PartitionedProgram {
   std::shared_ptr<const Mesh> mesh;
-  std::vector<TensorType> slots;          // local (padded) types
+  std::vector<TensorType> slots;  // local (padded) types
   std::vector<Instruction> instructions;
-  std::vector<int> input_slots;           // one per graph input
-  std::vector<Sharding> input_shardings;  // the layout each input is fed in
-  std::vector<int> output_slots;          // one per graph output
-  std::vector<Sharding> output_shardings; // the layout each output comes out in
-  std::vector<TensorType> output_types;   // their global types
+  std::vector<int> input_slots;            // one per graph input
+  std::vector<Sharding> input_shardings;   // the layout each input is fed in
+  std::vector<int> output_slots;           // one per graph output
+  std::vector<Sharding> output_shardings;  // the layout each output comes out in
+  std::vector<TensorType> output_types;    // their global types
   std::vector<CollectiveInfo> collectives;
   // Propagation's warnings (PropagationResult::warnings), then full
   // rematerialisations, with the op that caused them.

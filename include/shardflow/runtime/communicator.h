@@ -71,30 +71,25 @@ class Communicator {
   // In place: `data` becomes the elementwise reduction over the group, the
   // same bits on every member. f32, bf16 and f16 are reduced in f32 (in group
   // order, rounded once); i64 and i32 in their own type.
-  virtual void all_reduce(const DeviceGroup& group, std::span<std::byte> data, DType dtype,
-                          ReduceOp op) = 0;
+  virtual void all_reduce(const DeviceGroup& group, std::span<std::byte> data, DType dtype, ReduceOp op) = 0;
   // output = the concatenation of every member's input, in group order
   // (output.size() == group size * input.size()). The input may be exactly
   // this member's chunk of the output (in place).
-  virtual void all_gather(const DeviceGroup& group, std::span<const std::byte> input,
-                          std::span<std::byte> output) = 0;
+  virtual void all_gather(const DeviceGroup& group, std::span<const std::byte> input, std::span<std::byte> output) = 0;
   // input = group-size equal chunks; member r gets the reduction of
   // everyone's chunk r. The output may be exactly this member's chunk of the
   // input (in place).
-  virtual void reduce_scatter(const DeviceGroup& group, std::span<const std::byte> input,
-                              std::span<std::byte> output, DType dtype, ReduceOp op) = 0;
+  virtual void reduce_scatter(const DeviceGroup& group, std::span<const std::byte> input, std::span<std::byte> output,
+                              DType dtype, ReduceOp op) = 0;
   // input = group-size equal chunks; chunk j goes to member j; output chunk i
   // comes from member i.
-  virtual void all_to_all(const DeviceGroup& group, std::span<const std::byte> input,
-                          std::span<std::byte> output) = 0;
+  virtual void all_to_all(const DeviceGroup& group, std::span<const std::byte> input, std::span<std::byte> output) = 0;
   // Every member sends its input to the members listed as its targets in
   // `pairs` (source -> target, global ids of group members, each target at
   // most once; a source may have several targets); a member that is no target
   // gets zeros. output.size() == input.size().
-  virtual void collective_permute(const DeviceGroup& group,
-                                  const std::vector<std::pair<int64_t, int64_t>>& pairs,
-                                  std::span<const std::byte> input,
-                                  std::span<std::byte> output) = 0;
+  virtual void collective_permute(const DeviceGroup& group, const std::vector<std::pair<int64_t, int64_t>>& pairs,
+                                  std::span<const std::byte> input, std::span<std::byte> output) = 0;
   // Returns once every member has called it.
   virtual void barrier(const DeviceGroup& group) = 0;
 };

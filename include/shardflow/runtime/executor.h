@@ -26,8 +26,8 @@ class OpProfile;  // trace/profile.h
 //
 // With a profile, every device that runs in this process adds its op times
 // to it (collectives by kind: "all-reduce", ...).
-std::vector<Tensor> run_program(const PartitionedProgram& program, Runtime& runtime,
-                                std::vector<Tensor> inputs, OpProfile* profile = nullptr);
+std::vector<Tensor> run_program(const PartitionedProgram& program, Runtime& runtime, std::vector<Tensor> inputs,
+                                OpProfile* profile = nullptr);
 
 // The same on any set of devices: `run_on_devices(fn)` runs fn on each of
 // `num_devices` devices and waits (Runtime::run).

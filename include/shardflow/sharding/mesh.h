@@ -27,8 +27,7 @@ class Mesh {
   // When `num_global_devices` is not given, the device count of the current
   // runtime is used if one is set (see set_global_device_count); the mesh must
   // cover all global devices.
-  Mesh(std::vector<int64_t> device_ids, std::vector<int64_t> mesh_shape,
-       std::vector<std::string> axis_names = {},
+  Mesh(std::vector<int64_t> device_ids, std::vector<int64_t> mesh_shape, std::vector<std::string> axis_names = {},
        std::optional<int64_t> num_global_devices = std::nullopt);
 
   // Number of devices: the product of the mesh shape.
@@ -54,12 +53,10 @@ class Mesh {
 
   // `{'device_ids': [0, 1], 'mesh_shape': (2,), 'axis_names': ('x',)}`, and back.
   std::string to_string() const;
-  static Mesh from_string(std::string_view text,
-                          std::optional<int64_t> num_global_devices = std::nullopt);
+  static Mesh from_string(std::string_view text, std::optional<int64_t> num_global_devices = std::nullopt);
 
   friend bool operator==(const Mesh& a, const Mesh& b) {
-    return a.device_ids_ == b.device_ids_ && a.mesh_shape_ == b.mesh_shape_ &&
-           a.axis_names_ == b.axis_names_;
+    return a.device_ids_ == b.device_ids_ && a.mesh_shape_ == b.mesh_shape_ && a.axis_names_ == b.axis_names_;
   }
 
  private:

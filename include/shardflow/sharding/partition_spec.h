@@ -33,9 +33,9 @@ inline constexpr NoneType none{};
 class AxisRef {
  public:
   template <std::integral I>
-    requires(!std::same_as<I, bool>)
-  AxisRef(I index) : index_(static_cast<int64_t>(index)) {}  // NOLINT: implicit by design
-  AxisRef(const char* name) : is_name_(true), name_(name) {}  // NOLINT
+  requires(!std::same_as<I, bool>) AxisRef(I index)
+      : index_(static_cast<int64_t>(index)) {}                           // NOLINT: implicit by design
+  AxisRef(const char* name) : is_name_(true), name_(name) {}             // NOLINT
   AxisRef(std::string name) : is_name_(true), name_(std::move(name)) {}  // NOLINT
   AxisRef(bool) = delete;  // Python rejects bool entries; so does the compiler here.
 
@@ -59,10 +59,9 @@ class SpecEntry {
 
   SpecEntry(NoneType) {}  // NOLINT: implicit by design
   template <std::integral I>
-    requires(!std::same_as<I, bool>)
-  SpecEntry(I index) : kind_(Kind::kAxis), axes_{AxisRef(index)} {}  // NOLINT
-  SpecEntry(const char* name) : kind_(Kind::kAxis), axes_{AxisRef(name)} {}  // NOLINT
-  SpecEntry(std::string name) : kind_(Kind::kAxis), axes_{AxisRef(std::move(name))} {}  // NOLINT
+  requires(!std::same_as<I, bool>) SpecEntry(I index) : kind_(Kind::kAxis), axes_{AxisRef(index)} {}  // NOLINT
+  SpecEntry(const char* name) : kind_(Kind::kAxis), axes_{AxisRef(name)} {}                           // NOLINT
+  SpecEntry(std::string name) : kind_(Kind::kAxis), axes_{AxisRef(std::move(name))} {}                // NOLINT
   SpecEntry(std::initializer_list<AxisRef> axes) : kind_(Kind::kTuple), axes_(axes) {}
   SpecEntry(bool) = delete;
 
@@ -71,8 +70,7 @@ class SpecEntry {
   // tuple, ...). It keeps its place so that errors come in spec order:
   // translation checks `axes_before` (the items before the bad one), then
   // reports `message`.
-  static SpecEntry invalid(std::string repr, std::string message,
-                           std::vector<AxisRef> axes_before = {});
+  static SpecEntry invalid(std::string repr, std::string message, std::vector<AxisRef> axes_before = {});
 
   Kind kind() const { return kind_; }
   bool is_none() const { return kind_ == Kind::kNone; }

@@ -55,26 +55,23 @@ struct ShardLayout {
 // Layout of a tensor of `shape` under an XLA sharding over devices
 // 0..num_devices-1. A tiled sharding may have fewer data dims than the tensor
 // has dims; the trailing tensor dims are then taken whole.
-ShardLayout shard_layout(const HloSharding& sharding, std::span<const int64_t> shape,
-                         int64_t num_devices);
+ShardLayout shard_layout(const HloSharding& sharding, std::span<const int64_t> shape, int64_t num_devices);
 // Layout under shardflow's sharding (through its V1 form).
 ShardLayout shard_layout(const Sharding& sharding, std::span<const int64_t> shape);
 
 // Splits a row-major global tensor into one padded buffer per shard (in
 // `layout.shards` order); padding is zero bytes.
-std::vector<std::vector<std::byte>> split_into_shards(const ShardLayout& layout,
-                                                      std::span<const std::byte> global,
+std::vector<std::vector<std::byte>> split_into_shards(const ShardLayout& layout, std::span<const std::byte> global,
                                                       std::size_t element_size);
 // One device's padded shard (`layout.shards[index]`) into `shard`.
 void copy_shard(const ShardLayout& layout, std::size_t index, std::span<const std::byte> global,
                 std::size_t element_size, std::span<std::byte> shard);
 // All shards into existing buffers (e.g. device memory), one per shard, each
 // of shard_elements() * element_size bytes.
-void split_into_shards(const ShardLayout& layout, std::span<const std::byte> global,
-                       std::size_t element_size, std::span<const std::span<std::byte>> shards);
+void split_into_shards(const ShardLayout& layout, std::span<const std::byte> global, std::size_t element_size,
+                       std::span<const std::span<std::byte>> shards);
 // Rebuilds the global tensor from padded shards, reading replica 0 of each tile.
-std::vector<std::byte> assemble_from_shards(const ShardLayout& layout,
-                                            std::span<const std::vector<std::byte>> shards,
+std::vector<std::byte> assemble_from_shards(const ShardLayout& layout, std::span<const std::vector<std::byte>> shards,
                                             std::size_t element_size);
 // The same from shard views into an existing global buffer.
 void assemble_from_shards(const ShardLayout& layout, std::span<const std::span<const std::byte>> shards,

@@ -15,8 +15,7 @@
 namespace shardflow {
 
 // numpy's values.reshape(dims).transpose(perm).flatten(), for small int arrays.
-std::vector<int64_t> transpose_array(std::span<const int64_t> values,
-                                     std::span<const int64_t> dims,
+std::vector<int64_t> transpose_array(std::span<const int64_t> values, std::span<const int64_t> dims,
                                      std::span<const int64_t> perm);
 
 class IotaTileAssignment {

@@ -37,8 +37,14 @@ class DenseTensor {
   std::byte* data() { return buffer_.get(); }
   const std::byte* data() const { return buffer_.get(); }
   std::span<const std::byte> bytes() const { return {data(), nbytes()}; }
-  template <class T> T* data_as() { return reinterpret_cast<T*>(data()); }
-  template <class T> const T* data_as() const { return reinterpret_cast<const T*>(data()); }
+  template <class T>
+  T* data_as() {
+    return reinterpret_cast<T*>(data());
+  }
+  template <class T>
+  const T* data_as() const {
+    return reinterpret_cast<const T*>(data());
+  }
 
   // The same bytes read with another shape of equal element count.
   DenseTensor reshaped(Shape shape) const;

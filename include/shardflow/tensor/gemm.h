@@ -19,8 +19,7 @@ struct GemmShape {
 
 // c[m x n] = a · b (+ c when accumulate). Leading dims are the row lengths of
 // the stored matrices.
-void gemm_f32(const GemmShape& shape, const float* a, const float* b, float* c,
-              bool accumulate = false);
+void gemm_f32(const GemmShape& shape, const float* a, const float* b, float* c, bool accumulate = false);
 
 // The threads one kernel call may use, our own pool's: GEMMs are cut into
 // fixed blocks of single-threaded OpenBLAS calls shared out over them, and
@@ -43,9 +42,9 @@ int64_t parallel_kernel_calls();
 // AVX-512 Xeon. It reads OPENBLAS_CORETYPE only when it loads, so the fix
 // is that variable in the environment of a new process.
 struct BlasKernelCheck {
-  std::string corename;      // openblas_get_corename(): "Cooperlake", "Prescott", ...
-  std::string cpu_isa;       // the widest the CPU has: "AVX-512", "AVX2", "AVX", "SSE"
-  std::string better_core;   // an OPENBLAS_CORETYPE for this CPU, when the kernels are narrower; else empty
+  std::string corename;     // openblas_get_corename(): "Cooperlake", "Prescott", ...
+  std::string cpu_isa;      // the widest the CPU has: "AVX-512", "AVX2", "AVX", "SSE"
+  std::string better_core;  // an OPENBLAS_CORETYPE for this CPU, when the kernels are narrower; else empty
 };
 BlasKernelCheck check_blas_kernels();
 // The same decision for a given core name and CPU level (0 SSE, 1 AVX,

@@ -30,9 +30,9 @@ void parallel_for_impl(int64_t count, int64_t min_part, int64_t align, RangeFn f
 
 template <class Body>
 void parallel_for(int64_t count, int64_t min_part, int64_t align, const Body& body) {
-  detail::parallel_for_impl(count, min_part, align,
-                            [](const void* b, int64_t begin, int64_t end) { (*static_cast<const Body*>(b))(begin, end); },
-                            &body);
+  detail::parallel_for_impl(
+      count, min_part, align,
+      [](const void* b, int64_t begin, int64_t end) { (*static_cast<const Body*>(b))(begin, end); }, &body);
 }
 
 }  // namespace shardflow

@@ -154,9 +154,7 @@ class Dims {
     return data_ + from;
   }
 
-  friend bool operator==(const Dims& a, const Dims& b) {
-    return std::equal(a.begin(), a.end(), b.begin(), b.end());
-  }
+  friend bool operator==(const Dims& a, const Dims& b) { return std::equal(a.begin(), a.end(), b.begin(), b.end()); }
   friend std::strong_ordering operator<=>(const Dims& a, const Dims& b) {
     return std::lexicographical_compare_three_way(a.begin(), a.end(), b.begin(), b.end());
   }

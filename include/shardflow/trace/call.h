@@ -21,19 +21,19 @@ struct Arg {
   std::variant<Tensor, std::vector<Tensor>, Constant> value;
   std::string keyword;
 
-  Arg(Tensor t) : value(std::move(t)) {}                      // NOLINT: implicit by design
-  Arg(std::vector<Tensor> ts) : value(std::move(ts)) {}       // NOLINT
-  Arg(Constant c) : value(std::move(c)) {}                    // NOLINT
-  Arg(NoneType) : value(Constant()) {}                        // NOLINT
-  Arg(bool v) : value(Constant(v)) {}                         // NOLINT
-  Arg(int v) : value(Constant(v)) {}                          // NOLINT
-  Arg(int64_t v) : value(Constant(v)) {}                      // NOLINT
-  Arg(double v) : value(Constant(v)) {}                       // NOLINT
-  Arg(const char* v) : value(Constant(v)) {}                  // NOLINT
-  Arg(std::string v) : value(Constant(std::move(v))) {}       // NOLINT
-  Arg(std::vector<int64_t> v) : value(Constant(std::move(v))) {}  // NOLINT
+  Arg(Tensor t) : value(std::move(t)) {}                             // NOLINT: implicit by design
+  Arg(std::vector<Tensor> ts) : value(std::move(ts)) {}              // NOLINT
+  Arg(Constant c) : value(std::move(c)) {}                           // NOLINT
+  Arg(NoneType) : value(Constant()) {}                               // NOLINT
+  Arg(bool v) : value(Constant(v)) {}                                // NOLINT
+  Arg(int v) : value(Constant(v)) {}                                 // NOLINT
+  Arg(int64_t v) : value(Constant(v)) {}                             // NOLINT
+  Arg(double v) : value(Constant(v)) {}                              // NOLINT
+  Arg(const char* v) : value(Constant(v)) {}                         // NOLINT
+  Arg(std::string v) : value(Constant(std::move(v))) {}              // NOLINT
+  Arg(std::vector<int64_t> v) : value(Constant(std::move(v))) {}     // NOLINT
   Arg(const Shape& v) : value(Constant(std::vector<int64_t>(v))) {}  // NOLINT
-  Arg(DType v) : value(Constant(v)) {}                        // NOLINT
+  Arg(DType v) : value(Constant(v)) {}                               // NOLINT
 };
 
 inline Arg kwarg(std::string name, Arg value) {

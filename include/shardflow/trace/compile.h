@@ -21,9 +21,9 @@
 
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
-#include <memory>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -44,14 +44,14 @@ class OpProfile;  // trace/profile.h
 // (This keeps compile() free of the later pipeline stages.)
 // One collective of a prepared program, for reports.
 struct ProgramCollective {
-  std::string kind;         // all-reduce, all-gather, reduce-scatter, all-to-all, collective-permute
-  std::string description;  // "all-reduce over 'model' (2 MiB/device): <reason>"
-  int64_t bytes_per_device = 0;  // as CollectiveInfo (partition/program.h)
-  int64_t group_size = 1;        // devices in each group it runs in
-  std::vector<std::string> axes;  // the mesh axes it runs over (names, or indices on unnamed meshes)
+  std::string kind;                          // all-reduce, all-gather, reduce-scatter, all-to-all, collective-permute
+  std::string description;                   // "all-reduce over 'model' (2 MiB/device): <reason>"
+  int64_t bytes_per_device = 0;              // as CollectiveInfo (partition/program.h)
+  int64_t group_size = 1;                    // devices in each group it runs in
+  std::vector<std::string> axes;             // the mesh axes it runs over (names, or indices on unnamed meshes)
   std::vector<std::vector<int64_t>> groups;  // the device groups it runs in
-  std::string value;              // the graph value it moves ("%5")
-  std::string reason;             // why it is there, with the origin of the sharding
+  std::string value;                         // the graph value it moves ("%5")
+  std::string reason;                        // why it is there, with the origin of the sharding
 };
 
 class PreparedGraph {
@@ -74,8 +74,7 @@ class GraphRunner {
   // A handle in `inputs` that is the only one of its tensor (a donated
   // input) lets the run update its buffers in place. With a profile, each
   // device adds its op times to it.
-  virtual std::vector<Tensor> run(const PreparedGraph& prepared, std::vector<Tensor> inputs,
-                                  OpProfile* profile) = 0;
+  virtual std::vector<Tensor> run(const PreparedGraph& prepared, std::vector<Tensor> inputs, OpProfile* profile) = 0;
 
   // Multi-process runtimes (MPI): whether this process holds the data of
   // `device`. Shards of other processes' devices are left undefined in
@@ -179,8 +178,7 @@ R rebuild_outputs(const std::vector<Tensor>& flat, std::size_t& next) {
     next = flat.size();
     return result;
   } else {
-    return std::apply([&](auto... parts) { return R{rebuild_outputs<decltype(parts)>(flat, next)...}; },
-                      R{});
+    return std::apply([&](auto... parts) { return R{rebuild_outputs<decltype(parts)>(flat, next)...}; }, R{});
   }
 }
 }  // namespace detail
@@ -229,8 +227,7 @@ class Compiled {
   template <class... Ts>
   CompiledFunction& core() {
     if (!shared_->core) {
-      shared_->core = std::make_unique<CompiledFunction>(
-          make_body(std::index_sequence_for<Ts...>{}), shared_->name);
+      shared_->core = std::make_unique<CompiledFunction>(make_body(std::index_sequence_for<Ts...>{}), shared_->name);
       shared_->core->set_profile(shared_->profile);
     }
     return *shared_->core;

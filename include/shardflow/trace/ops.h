@@ -71,8 +71,7 @@ Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1);
 Tensor unsqueeze(const Tensor& x, int64_t dim);
 Tensor squeeze(const Tensor& x, int64_t dim);
 Tensor expand(const Tensor& x, Shape size);
-Tensor slice(const Tensor& x, int64_t dim, std::optional<int64_t> start, std::optional<int64_t> end,
-             int64_t step = 1);
+Tensor slice(const Tensor& x, int64_t dim, std::optional<int64_t> start, std::optional<int64_t> end, int64_t step = 1);
 Tensor select(const Tensor& x, int64_t dim, int64_t index);
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);

@@ -49,8 +49,7 @@ class Tensor {
   // A tensor laid out across devices: one padded shard per device of
   // shard_layout(sharding, shape), in that order (as the SPMD runtime
   // returns results).
-  static Tensor from_shards(DType dtype, Shape shape, const Sharding& sharding,
-                            std::vector<DenseTensor> shards);
+  static Tensor from_shards(DType dtype, Shape shape, const Sharding& sharding, std::vector<DenseTensor> shards);
 
   bool defined() const { return impl_ != nullptr; }
   const TensorType& type() const;
@@ -91,8 +90,7 @@ class Tensor {
   Tensor squeeze(int64_t dim) const;
   Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
   Tensor expand(Shape size) const;
-  Tensor slice(int64_t dim, std::optional<int64_t> start, std::optional<int64_t> end,
-               int64_t step = 1) const;
+  Tensor slice(int64_t dim, std::optional<int64_t> start, std::optional<int64_t> end, int64_t step = 1) const;
   Tensor select(int64_t dim, int64_t index) const;
   Tensor sum(std::vector<int64_t> dims, bool keepdim = false) const;
   Tensor mean(std::vector<int64_t> dims, bool keepdim = false) const;
@@ -119,19 +117,30 @@ Tensor operator-(const Tensor& a);
 // Tensor with a number: the scalar forms of the ops (aten::add.Scalar, ...).
 // Integers stay integers (int tensor * 2 is an int tensor), as in PyTorch.
 Tensor scalar_op(const char* op, const Tensor& a, const Constant& b);
-template <class N> requires std::is_arithmetic_v<N>
-Constant number_constant(N value) {
-  if constexpr (std::is_same_v<N, bool>) return Constant(value);
-  else if constexpr (std::is_integral_v<N>) return Constant(static_cast<int64_t>(value));
-  else return Constant(static_cast<double>(value));
+template <class N>
+requires std::is_arithmetic_v<N> Constant number_constant(N value) {
+  if constexpr (std::is_same_v<N, bool>)
+    return Constant(value);
+  else if constexpr (std::is_integral_v<N>)
+    return Constant(static_cast<int64_t>(value));
+  else
+    return Constant(static_cast<double>(value));
 }
-template <class N> requires std::is_arithmetic_v<N>
-Tensor operator+(const Tensor& a, N b) { return scalar_op("aten::add.Scalar", a, number_constant(b)); }
-template <class N> requires std::is_arithmetic_v<N>
-Tensor operator-(const Tensor& a, N b) { return scalar_op("aten::sub.Scalar", a, number_constant(b)); }
-template <class N> requires std::is_arithmetic_v<N>
-Tensor operator*(const Tensor& a, N b) { return scalar_op("aten::mul.Scalar", a, number_constant(b)); }
-template <class N> requires std::is_arithmetic_v<N>
-Tensor operator/(const Tensor& a, N b) { return scalar_op("aten::div.Scalar", a, number_constant(b)); }
+template <class N>
+requires std::is_arithmetic_v<N> Tensor operator+(const Tensor& a, N b) {
+  return scalar_op("aten::add.Scalar", a, number_constant(b));
+}
+template <class N>
+requires std::is_arithmetic_v<N> Tensor operator-(const Tensor& a, N b) {
+  return scalar_op("aten::sub.Scalar", a, number_constant(b));
+}
+template <class N>
+requires std::is_arithmetic_v<N> Tensor operator*(const Tensor& a, N b) {
+  return scalar_op("aten::mul.Scalar", a, number_constant(b));
+}
+template <class N>
+requires std::is_arithmetic_v<N> Tensor operator/(const Tensor& a, N b) {
+  return scalar_op("aten::div.Scalar", a, number_constant(b));
+}
 
 }  // namespace shardflow

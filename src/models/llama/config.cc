@@ -70,12 +70,11 @@ void Config::validate() const {
     throw Error(fmt::format("LLaMA config '{}': dim {} is not a multiple of n_heads {}", name, dim, n_heads));
   }
   if (head_dim() % 2 != 0) {
-    throw Error(fmt::format("LLaMA config '{}': the head dim {} must be even for rotary embedding", name,
-                            head_dim()));
+    throw Error(fmt::format("LLaMA config '{}': the head dim {} must be even for rotary embedding", name, head_dim()));
   }
   if (n_heads % n_kv_heads != 0) {
-    throw Error(fmt::format("LLaMA config '{}': n_heads {} is not a multiple of n_kv_heads {}", name, n_heads,
-                            n_kv_heads));
+    throw Error(
+        fmt::format("LLaMA config '{}': n_heads {} is not a multiple of n_kv_heads {}", name, n_heads, n_kv_heads));
   }
   if (!(norm_eps > 0) || !(rope_theta > 0)) {
     throw Error(fmt::format("LLaMA config '{}': norm_eps and rope_theta must be positive", name));
@@ -83,10 +82,11 @@ void Config::validate() const {
 }
 
 std::string Config::to_string() const {
-  return fmt::format("{}: dim {}, hidden_dim {}, n_layers {}, n_heads {}, n_kv_heads {}, vocab_size {}, "
-                     "seq_len {}, {} classifier",
-                     name, dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len,
-                     shared_classifier ? "shared" : "separate");
+  return fmt::format(
+      "{}: dim {}, hidden_dim {}, n_layers {}, n_heads {}, n_kv_heads {}, vocab_size {}, "
+      "seq_len {}, {} classifier",
+      name, dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len,
+      shared_classifier ? "shared" : "separate");
 }
 
 }  // namespace shardflow::llama

@@ -1,13 +1,13 @@
 // Generation: prefill the prompt, then decode one token at a time, sampling
 // on the host from the gathered logits.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <limits>
 #include <numeric>
 #include <random>
 #include <string>
-
-#include <fmt/format.h>
 
 #include "shardflow/base/error.h"
 #include "shardflow/models/llama.h"
@@ -96,7 +96,7 @@ Generation generate(Model& model, const std::vector<std::vector<int64_t>>& promp
   if (options.steps < 0) throw Error(fmt::format("generate: steps must be 0 or more, got {}", options.steps));
   if (options.steps > c.seq_len + 1 - length) {
     const std::string needed = options.steps <= c.seq_len + 1 ? std::to_string(length + options.steps - 1)
-                                                               : "more than " + std::to_string(c.seq_len);
+                                                              : "more than " + std::to_string(c.seq_len);
     throw Error(fmt::format("generate: {} prompt tokens + {} steps need {} positions, but the model has seq_len {}",
                             length, options.steps, needed, c.seq_len));
   }

@@ -1,13 +1,13 @@
 // Hugging Face LLaMA checkpoints (see checkpoint.h): config.json and
 // safetensors files, with q_proj and k_proj converted to Meta's rotary
 // layout on the way in.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <fstream>
 #include <limits>
 #include <optional>
 #include <set>
-
-#include <fmt/format.h>
 
 #include "json_file.h"
 #include "placement.h"
@@ -142,8 +142,8 @@ class Checkpoint {
     }
     index_ = dir / kIndexFile;
     if (!std::filesystem::exists(index_, ec)) {
-      throw Error(fmt::format("Hugging Face checkpoint directory '{}' has neither {} nor {}", dir.string(),
-                              kSingleFile, kIndexFile));
+      throw Error(fmt::format("Hugging Face checkpoint directory '{}' has neither {} nor {}", dir.string(), kSingleFile,
+                              kIndexFile));
     }
     const Json index = read_json(index_, "safetensors index");
     const auto map = index.is_object() ? index.find("weight_map") : index.end();
@@ -154,17 +154,18 @@ class Checkpoint {
     std::map<std::string, const safetensors::Reader*> by_file;
     for (const auto& [tensor, file] : map->items()) {
       if (!file.is_string()) {
-        throw Error(fmt::format("safetensors index '{}' maps tensor '{}' to {}, expected a file name",
-                                index_.string(), tensor, describe(file)));
+        throw Error(fmt::format("safetensors index '{}' maps tensor '{}' to {}, expected a file name", index_.string(),
+                                tensor, describe(file)));
       }
       const std::string name = file.get<std::string>();
       auto it = by_file.find(name);
       if (it == by_file.end()) {
         const std::filesystem::path path = dir / name;
         if (name.empty() || std::filesystem::path(name).filename() != name) {
-          throw Error(fmt::format("safetensors index '{}' maps tensor '{}' to '{}', expected a file name in the "
-                                  "checkpoint directory",
-                                  index_.string(), tensor, name));
+          throw Error(
+              fmt::format("safetensors index '{}' maps tensor '{}' to '{}', expected a file name in the "
+                          "checkpoint directory",
+                          index_.string(), tensor, name));
         }
         if (!std::filesystem::exists(path, ec)) {
           throw Error(fmt::format("safetensors index '{}' maps tensor '{}' to '{}', which does not exist",
@@ -239,9 +240,12 @@ void write_text(const std::filesystem::path& path, const std::string& text) {
 
 std::string torch_dtype(DType dtype) {
   switch (dtype) {
-    case DType::kF16: return "float16";
-    case DType::kBF16: return "bfloat16";
-    default: return "float32";
+    case DType::kF16:
+      return "float16";
+    case DType::kBF16:
+      return "bfloat16";
+    default:
+      return "float32";
   }
 }
 
@@ -256,9 +260,10 @@ Config read_hf_config(const std::filesystem::path& dir) {
   }
   const ConfigFields fields(json, path);
   if (const auto type = fields.string("model_type"); type && *type != "llama") {
-    throw Error(fmt::format("Hugging Face config '{}' has model_type '{}', expected 'llama' (only LLaMA "
-                            "checkpoints can be loaded)",
-                            path.string(), *type));
+    throw Error(
+        fmt::format("Hugging Face config '{}' has model_type '{}', expected 'llama' (only LLaMA "
+                    "checkpoints can be loaded)",
+                    path.string(), *type));
   }
   Config c;
   c.name = (dir.has_filename() ? dir.filename() : dir.parent_path().filename()).string();
@@ -285,8 +290,8 @@ Config read_hf_config(const std::filesystem::path& dir) {
   if (fields.find("head_dim") != nullptr && c.n_heads > 0) {
     const int64_t head_dim = fields.integer("head_dim");
     if (head_dim != c.dim / c.n_heads) {
-      fields.fail("head_dim", fmt::format("is {}, expected hidden_size / num_attention_heads = {}", head_dim,
-                                          c.dim / c.n_heads));
+      fields.fail("head_dim",
+                  fmt::format("is {}, expected hidden_size / num_attention_heads = {}", head_dim, c.dim / c.n_heads));
     }
   }
   try {
@@ -302,7 +307,7 @@ Config read_hf_config(const std::filesystem::path& dir) {
 // than ignored. Rotary tables some exporters save (rotary_emb.inv_freq) are
 // recomputed from the config, so they may be there.
 static void check_all_used(const std::vector<std::string>& names, const std::set<std::string>& used,
-                    const std::filesystem::path& dir, const Config& c) {
+                           const std::filesystem::path& dir, const Config& c) {
   std::vector<std::string> unused;
   for (const std::string& name : names) {
     if (!used.count(name) && !name.ends_with(".rotary_emb.inv_freq")) {
@@ -312,9 +317,10 @@ static void check_all_used(const std::vector<std::string>& names, const std::set
   if (unused.empty()) return;
   std::string listed;
   for (std::size_t i = 0; i < unused.size() && i < 3; ++i) listed += (i ? ", " : "") + quote_for_message(unused[i], 80);
-  throw Error(fmt::format("Hugging Face checkpoint '{}' has {} tensor(s) its config does not use: {}{} (config.json "
-                          "says {} layers, hidden_size {}, so it does not describe these weights)",
-                          dir.string(), unused.size(), listed, unused.size() > 3 ? ", ..." : "", c.n_layers, c.dim));
+  throw Error(
+      fmt::format("Hugging Face checkpoint '{}' has {} tensor(s) its config does not use: {}{} (config.json "
+                  "says {} layers, hidden_size {}, so it does not describe these weights)",
+                  dir.string(), unused.size(), listed, unused.size() > 3 ? ", ..." : "", c.n_layers, c.dim));
 }
 
 Weights load_hf(const std::filesystem::path& dir, const ShardingPlan* plan) {
@@ -324,17 +330,18 @@ Weights load_hf(const std::filesystem::path& dir, const ShardingPlan* plan) {
   const Config& c = w.config;
   const Checkpoint checkpoint(dir);
   if (!c.shared_classifier && !checkpoint.contains("lm_head.weight")) {
-    throw Error(fmt::format("tensor 'lm_head.weight' is missing from Hugging Face checkpoint '{}' (its config has "
-                            "tie_word_embeddings false, so the head is not the embedding)",
-                            dir.string()));
+    throw Error(
+        fmt::format("tensor 'lm_head.weight' is missing from Hugging Face checkpoint '{}' (its config has "
+                    "tie_word_embeddings false, so the head is not the embedding)",
+                    dir.string()));
   }
   w.layers.resize(static_cast<std::size_t>(c.n_layers));
   std::set<std::string> used;
-  for_each_tensor(w, [&](const std::string& name, const char* role, const Shape& shape, int64_t rotary_heads,
-                         Tensor& slot) {
-    used.insert(name);
-    slot = checkpoint.load(name, shape, role, rotary_heads, plan);
-  });
+  for_each_tensor(
+      w, [&](const std::string& name, const char* role, const Shape& shape, int64_t rotary_heads, Tensor& slot) {
+        used.insert(name);
+        slot = checkpoint.load(name, shape, role, rotary_heads, plan);
+      });
   check_all_used(checkpoint.names(), used, dir, c);
   // A tied head is the embedding, or read again where its layout differs.
   if (c.shared_classifier && tied_head_shares_embedding(plan)) {

@@ -11,8 +11,8 @@ namespace shardflow::llama {
 
 Json parse_json(std::string_view text, const std::string& what, const std::string& source) {
   if (text.size() > kMaxJsonBytes) {
-    throw Error(fmt::format("{} '{}' has {} bytes, more than the limit of {}", what, source, text.size(),
-                            kMaxJsonBytes));
+    throw Error(
+        fmt::format("{} '{}' has {} bytes, more than the limit of {}", what, source, text.size(), kMaxJsonBytes));
   }
   try {
     return Json::parse(text);
@@ -24,15 +24,14 @@ Json parse_json(std::string_view text, const std::string& what, const std::strin
 Json read_json(const std::filesystem::path& path, const std::string& what) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) {
-    throw Error(
-        fmt::format("cannot open {} '{}': {}", what, path.string(),
-                    std::filesystem::exists(path, ec) ? "not a regular file" : "no such file"));
+    throw Error(fmt::format("cannot open {} '{}': {}", what, path.string(),
+                            std::filesystem::exists(path, ec) ? "not a regular file" : "no such file"));
   }
   const std::uintmax_t size = std::filesystem::file_size(path, ec);
   if (ec) throw Error(fmt::format("cannot read {} '{}': {}", what, path.string(), ec.message()));
   if (size > kMaxJsonBytes) {
-    throw Error(fmt::format("{} '{}' has {} bytes, more than the limit of {}", what, path.string(),
-                            size, kMaxJsonBytes));
+    throw Error(
+        fmt::format("{} '{}' has {} bytes, more than the limit of {}", what, path.string(), size, kMaxJsonBytes));
   }
   std::ifstream in(path, std::ios::binary);
   std::ostringstream text;

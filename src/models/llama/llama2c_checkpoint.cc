@@ -1,4 +1,6 @@
 // llama2.c checkpoint files (see checkpoint.h for the layout).
+#include <fmt/format.h>
+
 #include <array>
 #include <bit>
 #include <cerrno>
@@ -6,8 +8,6 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
-
-#include <fmt/format.h>
 
 #include "placement.h"
 #include "shardflow/base/error.h"
@@ -39,9 +39,10 @@ Config parse_header(std::FILE* file, const std::filesystem::path& path) {
   std::array<unsigned char, kHeaderBytes> header{};
   const std::size_t got = std::fread(header.data(), 1, header.size(), file);
   if (got >= 4 && little_endian_i32(header.data()) == 0x616b3432) {
-    throw Error(fmt::format("'{}' is a llama2.c checkpoint of a later export version (magic \"ak42\"); "
-                            "only the legacy version-0 format (export with --version 0) is supported",
-                            path.string()));
+    throw Error(
+        fmt::format("'{}' is a llama2.c checkpoint of a later export version (magic \"ak42\"); "
+                    "only the legacy version-0 format (export with --version 0) is supported",
+                    path.string()));
   }
   if (got < header.size()) {
     throw Error(fmt::format("llama2.c checkpoint '{}' is truncated: the header needs {} bytes, the file has {}",
@@ -138,10 +139,11 @@ Weights load_llama2c(const std::filesystem::path& path, const ShardingPlan* plan
         break;
       }
     }
-    throw Error(fmt::format("llama2.c checkpoint '{}' does not match its header ({}): expected {} bytes, found {} "
-                            "({} {})",
-                            path.string(), config.to_string(), layout.total_bytes, size,
-                            size < layout.total_bytes ? "the file ends" : "extra data", where));
+    throw Error(
+        fmt::format("llama2.c checkpoint '{}' does not match its header ({}): expected {} bytes, found {} "
+                    "({} {})",
+                    path.string(), config.to_string(), layout.total_bytes, size,
+                    size < layout.total_bytes ? "the file ends" : "extra data", where));
   }
   std::FILE* raw = file.get();
   auto load = [&](const char* name, int64_t layer, const std::string& role) {
@@ -187,11 +189,11 @@ void write_llama2c(const std::filesystem::path& path, const Weights& weights) {
   const Config& c = weights.config;
   c.validate();
   File file = open_file(path, "wb");
-  const int32_t header[7] = {static_cast<int32_t>(c.dim),        static_cast<int32_t>(c.hidden_dim),
-                             static_cast<int32_t>(c.n_layers),   static_cast<int32_t>(c.n_heads),
-                             static_cast<int32_t>(c.n_kv_heads),
-                             static_cast<int32_t>(c.shared_classifier ? c.vocab_size : -c.vocab_size),
-                             static_cast<int32_t>(c.seq_len)};
+  const int32_t header[7] = {
+      static_cast<int32_t>(c.dim),        static_cast<int32_t>(c.hidden_dim),
+      static_cast<int32_t>(c.n_layers),   static_cast<int32_t>(c.n_heads),
+      static_cast<int32_t>(c.n_kv_heads), static_cast<int32_t>(c.shared_classifier ? c.vocab_size : -c.vocab_size),
+      static_cast<int32_t>(c.seq_len)};
   auto put = [&](std::span<const float> values) {
     if (std::fwrite(values.data(), 4, values.size(), file.get()) != values.size()) {
       throw Error(fmt::format("cannot write llama2.c checkpoint '{}'", path.string()));
@@ -216,8 +218,8 @@ void write_llama2c(const std::filesystem::path& path, const Weights& weights) {
   std::vector<float> cos_values, sin_values;  // the legacy tables, for readers that still expect them
   for (int64_t pos = 0; pos < c.seq_len; ++pos) {
     for (int64_t i = 0; i < half; ++i) {
-      const double angle = static_cast<double>(pos) * std::pow(c.rope_theta, -2.0 * static_cast<double>(i) /
-                                                                                static_cast<double>(c.head_dim()));
+      const double angle = static_cast<double>(pos) *
+                           std::pow(c.rope_theta, -2.0 * static_cast<double>(i) / static_cast<double>(c.head_dim()));
       cos_values.push_back(static_cast<float>(std::cos(angle)));
       sin_values.push_back(static_cast<float>(std::sin(angle)));
     }

@@ -21,7 +21,8 @@ struct Product {
   Product& times(int64_t factor, const std::string& name) {
     const uint64_t f = factor < 0 ? 0 : static_cast<uint64_t>(factor);
     if (value != UINT64_MAX && __builtin_mul_overflow(value, f, &value)) value = UINT64_MAX;
-    formula += (formula.empty() ? "" : " x ") + (name.empty() ? std::to_string(factor) : name + " " + std::to_string(factor));
+    formula +=
+        (formula.empty() ? "" : " x ") + (name.empty() ? std::to_string(factor) : name + " " + std::to_string(factor));
     return *this;
   }
 };
@@ -58,9 +59,9 @@ std::string format_bytes(uint64_t bytes) {
 std::vector<MemoryNeed> memory_needs(const Config& c, int64_t batch, int64_t prompt_length, int64_t data_parallel) {
   const auto u = [](int64_t v) { return v < 0 ? uint64_t{0} : static_cast<uint64_t>(v); };
   const uint64_t hd = u(c.head_dim()), dim = u(c.dim), hidden = u(c.hidden_dim);
-  const uint64_t per_layer = sum_of({times(2, dim), times(dim, times(u(c.n_heads), hd)),
-                                     times(2, times(dim, times(u(c.n_kv_heads), hd))),
-                                     times(times(u(c.n_heads), hd), dim), times(3, times(dim, hidden))});
+  const uint64_t per_layer =
+      sum_of({times(2, dim), times(dim, times(u(c.n_heads), hd)), times(2, times(dim, times(u(c.n_kv_heads), hd))),
+              times(times(u(c.n_heads), hd), dim), times(3, times(dim, hidden))});
   uint64_t parameters = sum_of({times(u(c.vocab_size), dim), times(u(c.n_layers), per_layer), dim,
                                 c.shared_classifier ? 0 : times(u(c.vocab_size), dim)});
   std::vector<MemoryNeed> needs;
@@ -83,9 +84,8 @@ std::vector<MemoryNeed> memory_needs(const Config& c, int64_t batch, int64_t pro
   // products, the residual stream and its norm, and the logits.
   Product stream;
   stream.times(batch, "batch").times(prompt_length, "prompt tokens");
-  const uint64_t activations =
-      sum_of({times(times(stream.value, sum_of({times(3, hidden), times(4, dim)})), 4),
-              times(times(u(batch), u(c.vocab_size)), 4)});
+  const uint64_t activations = sum_of({times(times(stream.value, sum_of({times(3, hidden), times(4, dim)})), 4),
+                                       times(times(u(batch), u(c.vocab_size)), 4)});
   needs.push_back({"activations of the prefill step", activations,
                    stream.formula + " x (3 x hidden_dim " + std::to_string(c.hidden_dim) + " + 4 x dim " +
                        std::to_string(c.dim) + ") x 4 bytes, and the logits"});
@@ -108,8 +108,8 @@ void check_memory(const std::vector<MemoryNeed>& needs, uint64_t budget_bytes, c
     parts += fmt::format("{}{} {}", parts.empty() ? "" : ", ", need.what, format_bytes(need.bytes));
   }
   if (total > budget_bytes) {
-    throw Error(fmt::format("the run needs {} ({}), which exceeds {}; {}", format_bytes(total), parts, budget_what,
-                            advice));
+    throw Error(
+        fmt::format("the run needs {} ({}), which exceeds {}; {}", format_bytes(total), parts, budget_what, advice));
   }
 }
 

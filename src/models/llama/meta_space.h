@@ -12,8 +12,7 @@ inline constexpr std::string_view kMetaSpace = "\u2581";
 inline std::string spaces_for_meta_spaces(std::string_view text) {
   std::string out;
   std::size_t from = 0;
-  for (std::size_t at = text.find(kMetaSpace); at != std::string_view::npos;
-       at = text.find(kMetaSpace, from)) {
+  for (std::size_t at = text.find(kMetaSpace); at != std::string_view::npos; at = text.find(kMetaSpace, from)) {
     out.append(text.substr(from, at - from)).push_back(' ');
     from = at + kMetaSpace.size();
   }

@@ -1,10 +1,9 @@
 // The LLaMA 2 forward step, traced into one program for prefill and one for
 // decode. Everything here is public API: tensors, ops, mark_sharding and
 // compile.
-#include <cmath>
-
 #include <fmt/format.h>
 
+#include <cmath>
 #include <numeric>
 
 #include "shardflow/base/error.h"
@@ -42,15 +41,13 @@ Model::Model(Weights weights, std::optional<ShardingPlan> plan) : weights_(std::
   const Config& c = weights_.config;
   c.validate();
   if (static_cast<int64_t>(weights_.layers.size()) != c.n_layers) {
-    throw Error(fmt::format("LLaMA weights have {} layers but the config says {}", weights_.layers.size(),
-                            c.n_layers));
+    throw Error(fmt::format("LLaMA weights have {} layers but the config says {}", weights_.layers.size(), c.n_layers));
   }
   if (plan_) {
     plan_->check();
     ShardingPlan& p = *plan_;
     // A tied head shares the embedding's values but not its layout.
-    if (weights_.output.impl() == weights_.tok_embeddings.impl() &&
-        p.param("output") != p.param("tok_embeddings")) {
+    if (weights_.output.impl() == weights_.tok_embeddings.impl() && p.param("output") != p.param("tok_embeddings")) {
       weights_.output = Tensor(weights_.tok_embeddings.value());
     }
     lay_out(weights_.tok_embeddings, p, "tok_embeddings");
@@ -176,7 +173,8 @@ Tensor Model::forward(const Tensor& tokens, int64_t start, KVCache& cache) {
   if (cache.keys.size() != static_cast<std::size_t>(c.n_layers) || cache.values.size() != cache.keys.size()) {
     throw Error("LLaMA forward: the KV cache was not made by this model's new_cache()");
   }
-  std::vector<Tensor> inputs{tokens, arange(static_cast<double>(start), static_cast<double>(start + length), 1, DType::kI64)};
+  std::vector<Tensor> inputs{tokens,
+                             arange(static_cast<double>(start), static_cast<double>(start + length), 1, DType::kI64)};
   for (int64_t l = 0; l < c.n_layers; ++l) {  // moved: the step updates the caches in place (donated)
     inputs.push_back(std::move(cache.keys[static_cast<std::size_t>(l)]));
     inputs.push_back(std::move(cache.values[static_cast<std::size_t>(l)]));

@@ -16,8 +16,7 @@ using ElementSource = std::function<void(int64_t offset, int64_t count, float* d
 
 // Without a plan: the whole tensor on one device. With one: laid out as the
 // plan's spec for `role` says (replicas share one buffer).
-Tensor place_tensor(const Shape& shape, const ElementSource& source, const ShardingPlan* plan,
-                    const std::string& role);
+Tensor place_tensor(const Shape& shape, const ElementSource& source, const ShardingPlan* plan, const std::string& role);
 
 // A head tied to the embedding can be the embedding tensor itself, one buffer
 // for both, when the plan lays them out alike (always without a plan).

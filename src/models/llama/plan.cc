@@ -66,9 +66,10 @@ void ShardingPlan::check() const {
       validate_partition_spec(translate_partition_spec(spec, *mesh), *mesh);
     } catch (const Error& e) {
       const auto [mesh_axes, named] = context();
-      throw Error(fmt::format("the sharding plan's {} '{}' {} does not fit the mesh ({}): {} (the plan names the "
-                              "axes {}; give the mesh each of them, size 1 leaves one unused)",
-                              kind, role, spec.to_string(), mesh_axes, e.what(), named));
+      throw Error(
+          fmt::format("the sharding plan's {} '{}' {} does not fit the mesh ({}): {} (the plan names the "
+                      "axes {}; give the mesh each of them, size 1 leaves one unused)",
+                      kind, role, spec.to_string(), mesh_axes, e.what(), named));
     }
   };
   for (const auto& [role, spec] : params) check_entry("parameter", role, spec);

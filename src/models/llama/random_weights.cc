@@ -42,8 +42,8 @@ Weights random_weights(const Config& config, int64_t seed, const ShardingPlan* p
   // Embedding std 2/sqrt(dim): a tied head then gives logits of std ~2, so
   // sampling has choices and greedy decoding does not just repeat its input.
   const double embedding_width = 2 * linear_width(dim);
-  w.tok_embeddings = place_tensor({config.vocab_size, dim}, uniform(seed, 0, 0, embedding_width), plan,
-                                  "tok_embeddings");
+  w.tok_embeddings =
+      place_tensor({config.vocab_size, dim}, uniform(seed, 0, 0, embedding_width), plan, "tok_embeddings");
   w.norm = place_tensor({dim}, uniform(seed, 1, 1, 0.2), plan, "norm");
   // A tied head has the embedding's values; its own copy only where the plan
   // gives it another layout (the vocabulary split over 'model').
@@ -64,8 +64,8 @@ Weights random_weights(const Config& config, int64_t seed, const ShardingPlan* p
     layer.wo = place_tensor({dim, q_dim}, uniform(seed, id + 4, 0, linear_width(q_dim)), plan, "wo");
     layer.ffn_norm = place_tensor({dim}, uniform(seed, id + 5, 1, 0.2), plan, "ffn_norm");
     layer.w1 = place_tensor({config.hidden_dim, dim}, uniform(seed, id + 6, 0, linear_width(dim)), plan, "w1");
-    layer.w2 = place_tensor({dim, config.hidden_dim}, uniform(seed, id + 7, 0, linear_width(config.hidden_dim)),
-                            plan, "w2");
+    layer.w2 =
+        place_tensor({dim, config.hidden_dim}, uniform(seed, id + 7, 0, linear_width(config.hidden_dim)), plan, "w2");
     layer.w3 = place_tensor({config.hidden_dim, dim}, uniform(seed, id + 8, 0, linear_width(dim)), plan, "w3");
     w.layers.push_back(std::move(layer));
   }

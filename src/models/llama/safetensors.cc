@@ -1,6 +1,8 @@
 // The safetensors container (see safetensors.h).
 #include "safetensors.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -8,11 +10,9 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <tuple>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "shardflow/base/error.h"
 #include "shardflow/base/text.h"
@@ -51,10 +51,14 @@ std::optional<DType> dtype_of_tag(const std::string& tag) {
 
 std::string dtype_tag(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "F32";
-    case DType::kF16: return "F16";
-    case DType::kBF16: return "BF16";
-    default: break;
+    case DType::kF32:
+      return "F32";
+    case DType::kF16:
+      return "F16";
+    case DType::kBF16:
+      return "BF16";
+    default:
+      break;
   }
   throw Error(fmt::format("safetensors: cannot store dtype {}; expected f32, f16 or bf16", dtype_name(dtype)));
 }
@@ -81,13 +85,14 @@ Reader::Reader(std::filesystem::path path) : path_(std::move(path)) {
   uint64_t header_bytes = 0;
   for (int i = 7; i >= 0; --i) header_bytes = header_bytes << 8 | length_bytes[static_cast<std::size_t>(i)];
   if (header_bytes > size - 8) {
-    throw Error(fmt::format("{}: the header length {} is larger than the file (expected at most {}, the bytes "
-                            "after the length field)",
-                            where, header_bytes, size - 8));
+    throw Error(
+        fmt::format("{}: the header length {} is larger than the file (expected at most {}, the bytes "
+                    "after the length field)",
+                    where, header_bytes, size - 8));
   }
   if (header_bytes > kMaxHeaderBytes) {
-    throw Error(fmt::format("{}: the header length {} exceeds the limit of {} bytes", where, header_bytes,
-                            kMaxHeaderBytes));
+    throw Error(
+        fmt::format("{}: the header length {} exceeds the limit of {} bytes", where, header_bytes, kMaxHeaderBytes));
   }
   std::string text(static_cast<std::size_t>(header_bytes), '\0');
   if (std::fread(text.data(), 1, text.size(), f) != text.size()) {
@@ -136,13 +141,14 @@ Reader::Reader(std::filesystem::path path) : path_(std::move(path)) {
       end_offset = non_negative((*offsets)[1]);
     }
     if (!begin || !end_offset) {
-      throw Error(fmt::format("{} has {} as 'data_offsets', expected [begin, end], two non-negative integers",
-                              tensor, offsets == value.end() ? "nothing" : describe(*offsets)));
+      throw Error(fmt::format("{} has {} as 'data_offsets', expected [begin, end], two non-negative integers", tensor,
+                              offsets == value.end() ? "nothing" : describe(*offsets)));
     }
     if (*begin > *end_offset || *end_offset > data_bytes_) {
-      throw Error(fmt::format("{}: data_offsets [{}, {}] lie outside the data (expected 0 <= begin <= end <= {}, "
-                              "the data's size)",
-                              tensor, *begin, *end_offset, data_bytes_));
+      throw Error(
+          fmt::format("{}: data_offsets [{}, {}] lie outside the data (expected 0 <= begin <= end <= {}, "
+                      "the data's size)",
+                      tensor, *begin, *end_offset, data_bytes_));
     }
     entry.begin = *begin;
     entry.end = *end_offset;
@@ -191,11 +197,10 @@ void Reader::check_layout(const std::string& where) const {
                               entry->dtype, bytes));
     }
     if (entry->begin != expected_begin) {
-      throw Error(fmt::format("{}: data_offsets [{}, {}] {} (tensors must tile the data in order)", tensor,
-                              entry->begin, entry->end,
-                              entry->begin < expected_begin
-                                  ? fmt::format("overlap the tensor before it, which ends at {}", expected_begin)
-                                  : fmt::format("leave a gap after byte {}", expected_begin)));
+      throw Error(fmt::format(
+          "{}: data_offsets [{}, {}] {} (tensors must tile the data in order)", tensor, entry->begin, entry->end,
+          entry->begin < expected_begin ? fmt::format("overlap the tensor before it, which ends at {}", expected_begin)
+                                        : fmt::format("leave a gap after byte {}", expected_begin)));
     }
     expected_begin = entry->end;
   }
@@ -215,8 +220,8 @@ TensorView Reader::tensor(const std::string& name, const Shape& expected) const 
   const std::optional<DType> dtype = dtype_of_tag(e.dtype);
   if (!dtype) throw Error(fmt::format("{} has unsupported dtype '{}', expected F32, F16 or BF16", where, e.dtype));
   if (e.shape != expected) {
-    throw Error(fmt::format("{} has shape {}, expected {}", where, shape_to_string(e.shape),
-                            shape_to_string(expected)));
+    throw Error(
+        fmt::format("{} has shape {}, expected {}", where, shape_to_string(e.shape), shape_to_string(expected)));
   }
   const auto elements = static_cast<uint64_t>(numel(expected));
   const uint64_t size = element_size(*dtype), bytes = elements * size;

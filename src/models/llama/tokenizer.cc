@@ -51,8 +51,7 @@ static int byte_token_value(std::string_view text) {
 Tokenizer::Tokenizer(std::vector<std::string> tokens, std::vector<float> scores)
     : tokens_(std::move(tokens)), scores_(std::move(scores)) {
   if (tokens_.size() != scores_.size()) {
-    throw Error(
-        fmt::format("tokenizer has {} tokens but {} scores", tokens_.size(), scores_.size()));
+    throw Error(fmt::format("tokenizer has {} tokens but {} scores", tokens_.size(), scores_.size()));
   }
   index_tokens();
 }
@@ -145,8 +144,7 @@ static void append_u32(std::string& out, uint32_t value) {
   for (std::size_t k = 0; k < 4; ++k) out.push_back(static_cast<char>((value >> (8 * k)) & 0xFF));
 }
 
-Tokenizer Tokenizer::parse(std::span<const std::byte> bytes, int64_t vocab_size,
-                           const std::string& source_name) {
+Tokenizer Tokenizer::parse(std::span<const std::byte> bytes, int64_t vocab_size, const std::string& source_name) {
   const std::string& src = source_name;
   if (vocab_size < kMinVocabSize || vocab_size > kMaxVocabSize) {
     throw Error(
@@ -155,13 +153,12 @@ Tokenizer Tokenizer::parse(std::span<const std::byte> bytes, int64_t vocab_size,
                     src, vocab_size, kMinVocabSize, kMaxVocabSize));
   }
   if (bytes.size() < 4) {
-    throw Error(fmt::format("{}: file has {} bytes, too few for the 4-byte max_token_length header",
-                            src, bytes.size()));
+    throw Error(
+        fmt::format("{}: file has {} bytes, too few for the 4-byte max_token_length header", src, bytes.size()));
   }
   const auto max_token_length = std::bit_cast<int32_t>(read_u32(bytes, 0));
   if (max_token_length < 0 || max_token_length > kMaxTokenLength) {
-    throw Error(fmt::format("{}: max_token_length is {}, expected 0..{}", src, max_token_length,
-                            kMaxTokenLength));
+    throw Error(fmt::format("{}: max_token_length is {}, expected 0..{}", src, max_token_length, kMaxTokenLength));
   }
 
   std::vector<std::string> tokens;
@@ -185,8 +182,8 @@ Tokenizer Tokenizer::parse(std::span<const std::byte> bytes, int64_t vocab_size,
       throw Error(fmt::format("{}: token record {} has negative length {}", src, i, length));
     }
     if (length > max_token_length) {
-      throw Error(fmt::format("{}: token record {} has length {}, longer than max_token_length {}",
-                              src, i, length, max_token_length));
+      throw Error(fmt::format("{}: token record {} has length {}, longer than max_token_length {}", src, i, length,
+                              max_token_length));
     }
     if (bytes.size() - offset < static_cast<std::size_t>(length)) {
       throw Error(
@@ -219,15 +216,14 @@ Tokenizer Tokenizer::load(const std::filesystem::path& path, int64_t vocab_size)
     throw Error(fmt::format("cannot read tokenizer file {}: {}", path.string(), error.message()));
   }
   if (size > kMaxFileBytes) {
-    throw Error(fmt::format("tokenizer file {} has {} bytes, more than the {} a tokenizer can have",
-                            path.string(), size, kMaxFileBytes));
+    throw Error(fmt::format("tokenizer file {} has {} bytes, more than the {} a tokenizer can have", path.string(),
+                            size, kMaxFileBytes));
   }
   std::vector<std::byte> bytes(size);
   std::ifstream file(path, std::ios::binary);
   file.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(size));
   if (!file || static_cast<std::uintmax_t>(file.gcount()) != size) {
-    throw Error(fmt::format("cannot read tokenizer file {}: read {} of {} bytes", path.string(),
-                            file.gcount(), size));
+    throw Error(fmt::format("cannot read tokenizer file {}: read {} of {} bytes", path.string(), file.gcount(), size));
   }
   return parse(bytes, vocab_size, path.string());
 }
@@ -238,9 +234,10 @@ Tokenizer Tokenizer::load_any(const std::filesystem::path& path, int64_t vocab_s
   if (path.extension() == ".json") return load_hf(path, vocab_size);
   // Its protobuf would otherwise be misread as a tokenizer.bin header.
   if (path.extension() == ".model") {
-    throw Error(fmt::format("tokenizer '{}': sentencepiece .model files are not read; give the tokenizer.json "
-                            "that Hugging Face checkpoints have next to it, or llama2.c's tokenizer.bin",
-                            path.string()));
+    throw Error(
+        fmt::format("tokenizer '{}': sentencepiece .model files are not read; give the tokenizer.json "
+                    "that Hugging Face checkpoints have next to it, or llama2.c's tokenizer.bin",
+                    path.string()));
   }
   return load(path, vocab_size);
 }
@@ -248,15 +245,14 @@ Tokenizer Tokenizer::load_any(const std::filesystem::path& path, int64_t vocab_s
 void Tokenizer::write(const std::filesystem::path& path, const std::vector<std::string>& tokens,
                       const std::vector<float>& scores) {
   if (tokens.size() != scores.size()) {
-    throw Error(fmt::format("cannot write tokenizer {}: {} tokens but {} scores", path.string(),
-                            tokens.size(), scores.size()));
+    throw Error(
+        fmt::format("cannot write tokenizer {}: {} tokens but {} scores", path.string(), tokens.size(), scores.size()));
   }
   std::size_t max_token_length = 0;
-  for (const std::string& token : tokens)
-    max_token_length = std::max(max_token_length, token.size());
+  for (const std::string& token : tokens) max_token_length = std::max(max_token_length, token.size());
   if (max_token_length > static_cast<std::size_t>(kMaxTokenLength)) {
-    throw Error(fmt::format("cannot write tokenizer {}: a token has {} bytes, more than {}",
-                            path.string(), max_token_length, kMaxTokenLength));
+    throw Error(fmt::format("cannot write tokenizer {}: a token has {} bytes, more than {}", path.string(),
+                            max_token_length, kMaxTokenLength));
   }
   std::string out;
   append_u32(out, static_cast<uint32_t>(max_token_length));
@@ -275,8 +271,7 @@ void Tokenizer::write(const std::filesystem::path& path, const std::vector<std::
 
 void Tokenizer::check_id(int64_t id, std::string_view what) const {
   if (id < 0 || id >= vocab_size()) {
-    throw Error(fmt::format("{} id {} is out of range for a vocabulary of {} tokens", what, id,
-                            vocab_size()));
+    throw Error(fmt::format("{} id {} is out of range for a vocabulary of {} tokens", what, id, vocab_size()));
   }
 }
 
@@ -301,8 +296,7 @@ namespace {
 // and rstrip take (its regex \s).
 bool is_white_space(uint32_t c) {
   return (c >= 0x09 && c <= 0x0d) || c == 0x20 || c == 0x85 || c == 0xa0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f || c == 0x205f ||
-         c == 0x3000;
+         (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f || c == 0x205f || c == 0x3000;
 }
 
 // The length of the White_Space code point at text[i], or 0.
@@ -376,8 +370,7 @@ std::vector<Tokenizer::AddedMatch> Tokenizer::AddedTokenSet::find(std::string_vi
 }
 
 template <class EncodePart>
-void Tokenizer::AddedTokenSet::split(std::string_view text, std::vector<int64_t>& ids,
-                                     EncodePart&& encode_part) const {
+void Tokenizer::AddedTokenSet::split(std::string_view text, std::vector<int64_t>& ids, EncodePart&& encode_part) const {
   std::size_t done = 0;
   for (const AddedMatch& match : find(text)) {
     encode_part(text.substr(done, match.begin - done), done == 0);
@@ -499,8 +492,8 @@ void Tokenizer::merge_pairs(std::vector<int64_t>& ids) const {
   while (!heap.empty()) {
     const Candidate c = heap.top();
     heap.pop();
-    const bool current = alive[c.left] && alive[c.right] && next[c.left] == c.right &&
-                         ids[c.left] == c.left_id && ids[c.right] == c.right_id;
+    const bool current = alive[c.left] && alive[c.right] && next[c.left] == c.right && ids[c.left] == c.left_id &&
+                         ids[c.right] == c.right_id;
     if (!current) continue;
     // The left piece becomes the merged token; the right one leaves the list.
     ids[c.left] = c.merged_id;
@@ -525,7 +518,8 @@ std::string Tokenizer::decode(int64_t previous, int64_t token) const {
                           : tokens_[token];
   // Drop the dummy prefix encode() added. Checking after the byte conversion
   // keeps round trips exact when the space itself fell back to <0x20>.
-  if (dummy_prefix_ != DummyPrefix::kNever && previous == kBos && !piece.empty() && piece.front() == ' ') piece.erase(0, 1);
+  if (dummy_prefix_ != DummyPrefix::kNever && previous == kBos && !piece.empty() && piece.front() == ' ')
+    piece.erase(0, 1);
   return piece;
 }
 
