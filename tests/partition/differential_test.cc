@@ -20,25 +20,30 @@ namespace sf = shardflow;
 
 namespace {
 
+// 1-3 axes named 'a', 'b', ..., 1-8 devices, a random device order.
+std::unique_ptr<sf::Mesh> random_mesh(std::mt19937& rng) {
+  const auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  const int axes = pick(1, 3);
+  std::vector<int64_t> shape;
+  int64_t size = 1;
+  for (int a = 0; a < axes; ++a) {
+    int64_t extent = pick(1, 4);
+    while (size * extent > 8) --extent;
+    shape.push_back(extent);
+    size *= extent;
+  }
+  std::vector<int64_t> ids(static_cast<std::size_t>(size));
+  std::iota(ids.begin(), ids.end(), int64_t{0});
+  std::shuffle(ids.begin(), ids.end(), rng);
+  std::vector<std::string> names;
+  for (int a = 0; a < axes; ++a) names.push_back(std::string(1, static_cast<char>('a' + a)));
+  return std::make_unique<sf::Mesh>(ids, shape, names, size);
+}
+
 class RandomCase {
  public:
   explicit RandomCase(uint32_t seed) : rng_(seed) {
-    // The mesh: 1-3 axes, 1-8 devices, a random device order.
-    const int axes = pick(1, 3);
-    std::vector<int64_t> shape;
-    int64_t size = 1;
-    for (int a = 0; a < axes; ++a) {
-      int64_t extent = pick(1, 4);
-      while (size * extent > 8) --extent;
-      shape.push_back(extent);
-      size *= extent;
-    }
-    std::vector<int64_t> ids(static_cast<std::size_t>(size));
-    std::iota(ids.begin(), ids.end(), int64_t{0});
-    std::shuffle(ids.begin(), ids.end(), rng_);
-    std::vector<std::string> names;
-    for (int a = 0; a < axes; ++a) names.push_back(std::string(1, static_cast<char>('a' + a)));
-    mesh_ = std::make_unique<sf::Mesh>(ids, shape, names, size);
+    mesh_ = random_mesh(rng_);
     for (int i = 0, n = pick(2, 4); i < n; ++i) inputs_.push_back(sf::randn(random_shape(), seed * 10 + static_cast<uint32_t>(i)));
     indices_ = sf::Tensor::from_ints(std::vector<int64_t>{2, 0, 1, 1}, {4});
     inputs_.push_back(indices_);
@@ -290,21 +295,7 @@ namespace {
 class RandomReshard {
  public:
   explicit RandomReshard(uint32_t seed) : rng_(seed) {
-    const int axes = pick(1, 3);
-    std::vector<int64_t> shape;
-    int64_t size = 1;
-    for (int a = 0; a < axes; ++a) {
-      int64_t extent = pick(1, 4);
-      while (size * extent > 8) --extent;
-      shape.push_back(extent);
-      size *= extent;
-    }
-    std::vector<int64_t> ids(static_cast<std::size_t>(size));
-    std::iota(ids.begin(), ids.end(), int64_t{0});
-    std::shuffle(ids.begin(), ids.end(), rng_);
-    std::vector<std::string> names;
-    for (int a = 0; a < axes; ++a) names.push_back(std::string(1, static_cast<char>('a' + a)));
-    mesh_ = std::make_unique<sf::Mesh>(ids, shape, names, size);
+    mesh_ = random_mesh(rng_);
     sf::Shape dims(static_cast<std::size_t>(pick(1, 4)));
     for (int64_t& d : dims) d = pick(0, 2) == 0 ? 8 * pick(1, 3) : pick(1, 13);
     input_ = sf::randn(dims, seed);
