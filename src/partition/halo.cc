@@ -73,6 +73,7 @@ HaloSchedule halo_schedule(const Mesh& mesh, int64_t size, const std::vector<int
     if (std::find(before.begin(), before.end(), axis) == before.end()) schedule.axes.push_back(axis);
   }
   const Group group(mesh, schedule.axes);
+  if (size <= 0) return schedule;  // no rows: nothing to send
   const int64_t held = held_rows > 0 ? held_rows : ceil_div(size, tiles(mesh, before));
   const int64_t wanted = ceil_div(size, tiles(mesh, after));
   // Each member's missing rows, tile by tile of the layout before, from the

@@ -50,6 +50,7 @@ std::optional<UnevenMerge> uneven_merge(const Mesh& mesh, const OpShardingRule& 
     if (std::any_of(dim.begin(), at, [&](int g) { return size(g) != 1; })) return std::nullopt;
     merge.result_dim = static_cast<int>(e);
     for (auto g = at + 1; g != dim.end(); ++g) merge.minor_rows *= size(*g);
+    if (merge.minor_rows == 0) return std::nullopt;  // an empty result: nothing to exchange
     return merge;
   }
   return std::nullopt;
