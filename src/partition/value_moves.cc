@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <limits>
-#include <ranges>
 
 #include "partitioner_pass.h"
 #include "shardflow/ops/annotation.h"
@@ -306,11 +305,13 @@ void Partitioner::move_for_later(const Value* value, const DimAxes& target, cons
   const DimAxes& first = for_all ? *shared : later[best - 1].dims;
   const std::optional<MovesFrom> found = cheapest_from_made(root, nullptr, first, type);
   if (!found) return;
+  std::vector<std::string> later_uses;
+  for (const LaterUse& use : later) later_uses.push_back(use.use);
   ReshardReason first_why = why;
   first_why.consumer =
-      for_all ? fmt::format("{} (and {}, which take their tiles of it locally)", why.consumer,
-                            fmt::join(later | std::views::transform(&LaterUse::use), ", "))
-              : fmt::format("{} (moved here, before {}, as both then cost least)", later[best - 1].use, why.consumer);
+      for_all
+          ? fmt::format("{} (and {}, which take their tiles of it locally)", why.consumer, fmt::join(later_uses, ", "))
+          : fmt::format("{} (moved here, before {}, as both then cost least)", later[best - 1].use, why.consumer);
   std::vector<LocalValue> made;
   partition_detail::emit_reshard(builder_, *found->source, first, type.shape, type.dtype, first_why, &made,
                                  &found->moves);
