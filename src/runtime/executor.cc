@@ -348,7 +348,8 @@ class DeviceRun {
         const auto moved_axes = [](const std::vector<int>& longer, const std::vector<int>& shorter) {
           return std::vector<int>(longer.begin() + static_cast<std::ptrdiff_t>(shorter.size()), longer.end());
         };
-        DenseTensor packed = DenseTensor::zeros(input.dtype(), [&] {
+        // Every piece is written whole below (its padding zeroed first).
+        DenseTensor packed = DenseTensor::empty(input.dtype(), [&] {
           Shape s = piece_shape;
           s.insert(s.begin(), static_cast<int64_t>(n));
           return s;
