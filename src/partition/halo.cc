@@ -4,23 +4,21 @@
 #include <algorithm>
 #include <numeric>
 
+#include "program_builder.h"
+
 namespace shardflow {
 
-namespace {
+using partition_detail::axes_size;
+using partition_detail::ceil_div;
 
-// Without forming a + b - 1, which overflows for sizes near 2^63.
-int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
+namespace {
 
 // Coordinates over the group's axes (by position in `axes`) <-> member index.
 class Group {
  public:
   Group(const Mesh& mesh, std::vector<int> axes) : mesh_(mesh), axes_(std::move(axes)) {}
 
-  int64_t size() const {
-    int64_t n = 1;
-    for (int axis : axes_) n *= mesh_.axis_size(axis);
-    return n;
-  }
+  int64_t size() const { return axes_size(mesh_, axes_); }
 
   // The member's coordinate on each mesh axis (0 off the group's axes).
   std::vector<int64_t> coords(int64_t member) const {
@@ -55,12 +53,6 @@ class Group {
   std::vector<int> axes_;
 };
 
-int64_t tiles(const Mesh& mesh, const std::vector<int>& axes) {
-  int64_t n = 1;
-  for (int axis : axes) n *= mesh.axis_size(axis);
-  return n;
-}
-
 }  // namespace
 
 int64_t HaloSchedule::rows_sent() const { return std::accumulate(round_rows.begin(), round_rows.end(), int64_t{0}); }
@@ -74,8 +66,8 @@ HaloSchedule halo_schedule(const Mesh& mesh, int64_t size, const std::vector<int
   }
   const Group group(mesh, schedule.axes);
   if (size <= 0) return schedule;  // no rows: nothing to send
-  const int64_t held = held_rows > 0 ? held_rows : ceil_div(size, tiles(mesh, before));
-  const int64_t wanted = ceil_div(size, tiles(mesh, after));
+  const int64_t held = held_rows > 0 ? held_rows : ceil_div(size, axes_size(mesh, before));
+  const int64_t wanted = ceil_div(size, axes_size(mesh, after));
   // Each member's missing rows, tile by tile of the layout before, from the
   // member that holds that tile and agrees with it on every other axis.
   std::vector<HaloTransfer> transfers;

@@ -29,7 +29,7 @@ inline bool starts_with(const std::vector<int>& axes, const std::vector<int>& pr
 // Only between nesting layouts do slices, gathers and reduce-scatters keep
 // or send each device's own rows.
 inline bool tiles_nest(int64_t size, int64_t outer_tiles, int64_t inner_tiles) {
-  const auto tile = [size](int64_t tiles) { return size / tiles + (size % tiles != 0 ? 1 : 0); };
+  const auto tile = [size](int64_t tiles) { return ceil_div(size, tiles); };
   return outer_tiles == 1 || tile(outer_tiles) == inner_tiles / outer_tiles * tile(inner_tiles);
 }
 // The same for a dim split over mesh axes `inner` and over its first

@@ -52,12 +52,6 @@ double ProgramBuilder::cost_since(const Mark& mark) const {
   return sent;
 }
 
-int64_t ProgramBuilder::axes_size(const std::vector<int>& axes) const {
-  int64_t size = 1;
-  for (int axis : axes) size *= mesh_.axis_size(axis);
-  return size;
-}
-
 std::string ProgramBuilder::axes_text(const std::vector<int>& axes) const {
   std::string out;
   for (std::size_t i = 0; i < axes.size(); ++i) {

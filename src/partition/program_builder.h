@@ -13,6 +13,17 @@
 
 namespace shardflow::partition_detail {
 
+// ceil(a / b) without forming a + b - 1, which overflows for sizes near 2^63:
+// the rows of a dim's padded tile.
+inline int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
+
+// The number of tiles mesh axes `axes` split a dim into (their sizes' product).
+inline int64_t axes_size(const Mesh& mesh, const std::vector<int>& axes) {
+  int64_t size = 1;
+  for (int axis : axes) size *= mesh.axis_size(axis);
+  return size;
+}
+
 // A collective's fixed cost (its latency), in bytes sent, when choosing
 // between ways to move a value: small tensors take the fewest collectives,
 // large ones the fewest bytes. Measured (runtime_bench, 2-core VM): a 4 KiB
@@ -50,7 +61,7 @@ class ProgramBuilder {
   // sends in ring implementations, plus kCollectiveLatencyBytes each.
   double cost_since(const Mark& mark) const;
 
-  int64_t axes_size(const std::vector<int>& axes) const;
+  int64_t axes_size(const std::vector<int>& axes) const { return partition_detail::axes_size(mesh_, axes); }
   // "'model'", "('data', 'model')"
   std::string axes_text(const std::vector<int>& axes) const;
 

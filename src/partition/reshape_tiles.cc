@@ -14,8 +14,6 @@ namespace shardflow::partition_detail {
 
 namespace {
 
-int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
-
 // Where the operand's one sharded dim goes: its axes, all on its last
 // factor (any factors before it of size 1), which the axes do not divide
 // and which begins result dim `result_dim` (after factors of size 1 only),
@@ -40,9 +38,9 @@ std::optional<UnevenMerge> uneven_merge(const Mesh& mesh, const OpShardingRule& 
   if (std::any_of(factors.begin(), factors.end() - 1, [&](int g) { return size(g) != 1; })) return std::nullopt;
   if (rule.factors[static_cast<std::size_t>(f)].kind != FactorKind::kPassThrough) return std::nullopt;
   merge.factor_size = size(f);
-  int64_t tiles = 1;
-  for (int axis : operand[static_cast<std::size_t>(merge.operand_dim)]) tiles *= mesh.axis_size(axis);
-  if (merge.factor_size % tiles == 0) return std::nullopt;  // even: the default plan computes it in place
+  if (merge.factor_size % axes_size(mesh, operand[static_cast<std::size_t>(merge.operand_dim)]) == 0) {
+    return std::nullopt;
+  }  // even: the default plan computes it in place
   for (std::size_t e = 0; e < rule.results[0].size(); ++e) {
     const std::vector<int>& dim = rule.results[0][e];
     const auto at = std::find(dim.begin(), dim.end(), f);

@@ -21,16 +21,9 @@
 
 namespace shardflow::partition_detail {
 
-// Without forming a + b - 1, which overflows for sizes near 2^63.
-static int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
-
 Shape padded_shape(const Mesh& mesh, const Shape& global, const DimAxes& dims) {
   Shape shape = global;
-  for (std::size_t d = 0; d < global.size(); ++d) {
-    int64_t shards = 1;
-    for (int axis : dims[d]) shards *= mesh.axis_size(axis);
-    shape[d] = ceil_div(global[d], shards);
-  }
+  for (std::size_t d = 0; d < global.size(); ++d) shape[d] = ceil_div(global[d], axes_size(mesh, dims[d]));
   return shape;
 }
 

@@ -177,17 +177,12 @@ class Search {
     return tiles_nest(mesh_, global_[dim], inner, outer);
   }
 
-  int64_t group_size(const std::vector<int>& axes) const {
-    int64_t size = 1;
-    for (int axis : axes) size *= mesh_.axis_size(axis);
-    return size;
-  }
+  int64_t group_size(const std::vector<int>& axes) const { return axes_size(mesh_, axes); }
 
   double tile_bytes(const DimAxes& layout) const {
     double bytes = static_cast<double>(element_bytes_);
     for (std::size_t d = 0; d < global_.size(); ++d) {
-      const int64_t tiles = group_size(layout[d]);
-      bytes *= static_cast<double>(global_[d] / tiles + (global_[d] % tiles != 0 ? 1 : 0));
+      bytes *= static_cast<double>(ceil_div(global_[d], group_size(layout[d])));
     }
     return bytes;
   }
@@ -367,8 +362,7 @@ class Search {
         const HaloSchedule schedule = halo_schedule(mesh_, global_[d], have, want);
         LayoutMove move{LayoutMove::Kind::kHalo, layout, static_cast<int>(d), 0, {}};
         move.after[d] = want;
-        const double local_rows =
-            static_cast<double>(global_[d] / group_size(have) + (global_[d] % group_size(have) != 0));
+        const double local_rows = static_cast<double>(ceil_div(global_[d], group_size(have)));
         out.push_back({move,
                        {bytes / local_rows * static_cast<double>(schedule.rows_sent()),
                         std::max(1, static_cast<int>(schedule.rounds.size()))}});
