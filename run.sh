@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
 PACKAGES=(g++ cmake ninja-build pkg-config libfmt-dev nlohmann-json3-dev libcli11-dev
-          libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
+          libdnnl-dev ocl-icd-opencl-dev libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
           libopenmpi-dev openmpi-bin clang-14 libclang-rt-14-dev clang-format-14)
 
 install_packages() {

@@ -1,13 +1,10 @@
 // The `shardflow` command-line program.
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <CLI/CLI.hpp>
-#include <cerrno>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <new>
@@ -169,32 +166,16 @@ static void add_llama_command(CLI::App& app, cli::LlamaOptions& o) {
   c->add_option("--backend", o.backend, kBackendHelp)->check(CLI::IsMember({"local", "mpi"}));
 }
 
-// OpenBLAS chose its kernels when it loaded, by CPU model number; on a CPU
-// it does not know they can be its SSE3 ones (a fifth of the speed). It
-// reads OPENBLAS_CORETYPE only at load, so the fix is this command run again
-// with the variable set; after that it is set, so this happens once.
-static void use_full_width_blas_kernels(char** argv) {
-  const shardflow::BlasKernelCheck check = shardflow::check_blas_kernels();
-  if (check.better_core.empty()) return;
-  if (const char* forced = std::getenv("OPENBLAS_CORETYPE")) {
-    std::cerr << fmt::format(
-        "note: OPENBLAS_CORETYPE={} makes OpenBLAS use its {} kernels on this {} CPU; unset it, "
-        "or set it to {}, for matrix products several times faster\n",
-        forced, check.corename, check.cpu_isa, check.better_core);
-    return;
-  }
-  std::cerr << fmt::format(
-      "note: OpenBLAS chose its {} kernels for this {} CPU; running again with "
-      "OPENBLAS_CORETYPE={}\n",
-      check.corename, check.cpu_isa, check.better_core);
-  setenv("OPENBLAS_CORETYPE", check.better_core.c_str(), 1);
-  execv("/proc/self/exe", argv);
-  std::cerr << fmt::format("note: could not run again ({}); export OPENBLAS_CORETYPE={} for faster matrix products\n",
-                           std::strerror(errno), check.better_core);
+// oneDNN picks its matrix kernels by the CPU's instruction sets; only an
+// environment variable can make them narrower. Said once, before anything
+// runs.
+static void note_narrow_matrix_kernels() {
+  const shardflow::MatrixKernelCheck check = shardflow::check_matrix_kernels();
+  if (!check.note.empty()) std::cerr << "note: " << check.note << "\n";
 }
 
 int main(int argc, char** argv) {
-  use_full_width_blas_kernels(argv);
+  note_narrow_matrix_kernels();
   CLI::App app{"shardflow: SPMD partitioning of tensor programs over a device mesh"};
   app.require_subcommand(1);
   cli::ShardingOptions sharding_options;

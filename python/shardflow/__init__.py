@@ -123,24 +123,17 @@ int32 = DType.int32
 bool_ = DType.bool
 
 
-def _warn_about_narrow_blas_kernels() -> None:
-    """OpenBLAS picks its kernels by CPU model number when it loads; on a CPU
-    it does not know (an AVX-512 Xeon) they can be its SSE3 ones, a fifth of
-    the speed. It reads OPENBLAS_CORETYPE only then, so say so once, here."""
-    import os
+def _warn_about_narrow_matrix_kernels() -> None:
+    """oneDNN picks its matrix kernels by the CPU's instruction sets; only
+    ONEDNN_MAX_CPU_ISA can make them narrower. Say so once, here."""
     import warnings
 
-    corename, isa, better = _core._blas_kernel_check()
-    if not better:
-        return
-    cause = (f"OPENBLAS_CORETYPE={os.environ['OPENBLAS_CORETYPE']} makes OpenBLAS use"
-             if "OPENBLAS_CORETYPE" in os.environ else "OpenBLAS chose")
-    warnings.warn(f"{cause} its {corename} kernels on this {isa} CPU: matrix products run several times slower "
-                  f"than they could. Start Python with OPENBLAS_CORETYPE={better} in the environment "
-                  f"(export OPENBLAS_CORETYPE={better}).", RuntimeWarning, stacklevel=3)
+    _, _, note = _core._matrix_kernel_check()
+    if note:
+        warnings.warn(note, RuntimeWarning, stacklevel=3)
 
 
-_warn_about_narrow_blas_kernels()
+_warn_about_narrow_matrix_kernels()
 
 
 def tensor(data: Any, dtype: Any = None) -> Tensor:

@@ -321,12 +321,12 @@ void bind_graph(nb::module_& m) {
         "Partitions a graph into one per-device program (propagating first unless given the result).");
 
   m.def(
-      "_blas_kernel_check",
+      "_matrix_kernel_check",
       [] {
-        const BlasKernelCheck check = check_blas_kernels();
-        return std::make_tuple(check.corename, check.cpu_isa, check.better_core);
+        const MatrixKernelCheck check = check_matrix_kernels();
+        return std::make_tuple(check.kernel_isa, check.cpu_isa, check.note);
       },
-      "(OpenBLAS's kernel set, the CPU's widest vector ISA, a better OPENBLAS_CORETYPE or '').");
+      "(the widest ISA of oneDNN's kernels, the CPU's widest, what is wrong and what to do or '').");
   m.def(
       "_runner_id", [] { return reinterpret_cast<std::uintptr_t>(graph_runner()); },
       "Identifies what runs graphs now (the one-device interpreter or a runtime's devices).");

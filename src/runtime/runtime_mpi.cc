@@ -104,7 +104,7 @@ MpiRuntime::MpiRuntime(const MpiOptions& options) {
   }
 
   // The ranks on this host share its cores; the kernels get this rank's share
-  // (never more threads than they had: OPENBLAS_NUM_THREADS=1 stays 1).
+  // (never more threads than they had: OMP_NUM_THREADS=1 stays 1).
   MPI_Comm host = MPI_COMM_NULL;
   int host_ranks = 1;
   if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &host) == MPI_SUCCESS) {

@@ -1,28 +1,53 @@
 #include "shardflow/tensor/gemm.h"
 
-#include <cblas.h>
+#include <dnnl.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cctype>
+#include <bit>
+#include <cstdlib>
 #include <cstring>
-#include <utility>
+#include <stdexcept>
+#include <string>
+#include <thread>
 
 #include "gemv.h"
 #include "shardflow/tensor/parallel.h"
 
+// libgomp's, which oneDNN runs on; declared here so that no OpenMP flags are
+// needed to build us.
+extern "C" {
+int omp_get_max_threads();
+void omp_set_num_threads(int threads);
+}
+
 namespace shardflow {
 namespace {
 
-// The kernel thread count. OpenBLAS is switched to one thread the first time
-// this is read and stays there: our pool splits its calls instead. Its own
-// pool, left to spin after each call, competed with ours for the cores, and
-// a decode step right after a prefill ran up to 20% slower for it.
+int count_from_environment(const char* name) {
+  const char* text = std::getenv(name);
+  if (text == nullptr) return 0;
+  char* end = nullptr;
+  const long value = std::strtol(text, &end, 10);
+  return end != text && *end == '\0' && value > 0 && value <= 4096 ? static_cast<int>(value) : 0;
+}
+
+int available_cores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(CPU_COUNT(&set), 1);
+  return static_cast<int>(std::max(std::thread::hardware_concurrency(), 1u));
+}
+
+// The kernel thread count: OMP_NUM_THREADS (what PyTorch reads), else
+// OPENBLAS_NUM_THREADS (what shardflow read while it used OpenBLAS), else
+// the cores this process may run on.
 std::atomic<int>& thread_count() {
   static std::atomic<int> count = [] {
-    const int initial = std::max(openblas_get_num_threads(), 1);  // OPENBLAS_NUM_THREADS, else the cores
-    openblas_set_num_threads(1);
-    return initial;
+    for (const char* name : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"}) {
+      if (const int threads = count_from_environment(name)) return threads;
+    }
+    return available_cores();
   }();
   return count;
 }
@@ -32,11 +57,30 @@ std::atomic<int>& thread_count() {
 // operand again cost.
 constexpr int64_t kMinMultiplyAddsPerBlock = int64_t{2} << 20;
 
+// One block, on the calling thread. oneDNN's GEMM would otherwise start an
+// OpenMP team of the default size inside each of our threads; the caller's
+// OpenMP setting comes back afterwards.
 void sgemm(const GemmShape& s, const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
            bool accumulate) {
-  cblas_sgemm(CblasRowMajor, s.transpose_a ? CblasTrans : CblasNoTrans, s.transpose_b ? CblasTrans : CblasNoTrans,
-              static_cast<int>(s.m), static_cast<int>(s.n), static_cast<int>(s.k), 1.0f, a, static_cast<int>(lda), b,
-              static_cast<int>(ldb), accumulate ? 1.0f : 0.0f, c, static_cast<int>(ldc));
+  const int caller_threads = omp_get_max_threads();
+  if (caller_threads != 1) omp_set_num_threads(1);
+  const dnnl_status_t status = dnnl_sgemm(s.transpose_a ? 'T' : 'N', s.transpose_b ? 'T' : 'N', s.m, s.n, s.k, 1.0f, a,
+                                          lda, b, ldb, accumulate ? 1.0f : 0.0f, c, ldc);
+  if (caller_threads != 1) omp_set_num_threads(caller_threads);
+  if (status != dnnl_success) {
+    throw std::logic_error("oneDNN's sgemm refused m=" + std::to_string(s.m) + " n=" + std::to_string(s.n) +
+                           " k=" + std::to_string(s.k) + " (status " + std::to_string(status) + ")");
+  }
+}
+
+// Fixed blocks of `length` lines (C's columns or rows), each at least
+// `min_lines` long: a power-of-two number of them, so that 2, 4 or 8
+// threads get equal shares, of a multiple of 16 lines. The last block may be
+// shorter.
+int64_t block_lines(int64_t length, int64_t min_lines) {
+  const auto wanted = static_cast<uint64_t>(std::max<int64_t>(length / std::max<int64_t>(min_lines, 1), 1));
+  const auto count = static_cast<int64_t>(std::bit_floor(wanted));
+  return ((length + count - 1) / count + 15) / 16 * 16;
 }
 
 }  // namespace
@@ -58,12 +102,11 @@ void gemm_f32(const GemmShape& s, const float* a, const float* b, float* c, bool
     for (int64_t i = 0; i < s.m; ++i) detail::gemv_transposed_f32(s.n, s.k, b, a + i * s.k, c + i * s.n, accumulate);
     return;
   }
-  kernel_threads();  // switches OpenBLAS to one thread before our first call into it
   const int64_t lda = s.transpose_a ? s.m : s.k;
   const int64_t ldb = s.transpose_b ? s.k : s.n;
   // Single-threaded sgemm calls on fixed blocks of C's columns (or of its
   // rows, when it has more rows), the blocks shared out over the kernel
-  // threads. OpenBLAS's sums depend on the shape it is called with (its own
+  // threads. oneDNN's sums depend on the shape it is called with (its own
   // threads change the bits too); the blocks depend only on the product, so
   // the bits do not depend on the thread count. Each call packs its slice of
   // the operand being split and all of the other.
@@ -74,14 +117,14 @@ void gemm_f32(const GemmShape& s, const float* a, const float* b, float* c, bool
   // other operand; once that outgrows the L2 cache (256 Ki floats) it comes
   // from memory, and blocks of 256 lines keep the copy to one element per
   // 256 multiply-adds.
-  const int64_t lines =
+  const int64_t min_lines =
       std::max({kMinMultiplyAddsPerBlock / per_line, per_line >= (int64_t{1} << 18) ? int64_t{256} : 1, int64_t{1}});
-  const int64_t block = (lines + 15) / 16 * 16;
-  const int64_t blocks = std::max<int64_t>(length / block, 1);  // the last block takes the remainder
+  const int64_t block = block_lines(length, min_lines);
+  const int64_t blocks = (length + block - 1) / block;
   parallel_for(blocks, 1, 1, [&](int64_t first, int64_t last) {
     for (int64_t index = first; index < last; ++index) {
       const int64_t begin = index * block;
-      const int64_t end = index + 1 == blocks ? length : begin + block;
+      const int64_t end = std::min(begin + block, length);
       GemmShape part = s;
       if (by_columns) {
         part.n = end - begin;
@@ -100,47 +143,47 @@ int kernel_threads() { return thread_count().load(std::memory_order_relaxed); }
 
 namespace {
 
-// OpenBLAS core names by the widest vector instructions their kernels use.
-int core_level(const std::string& corename) {
-  static const std::pair<const char*, int> kCores[] = {
-      {"Prescott", 0},    {"Core2", 0},     {"Penryn", 0},     {"Dunnington", 0},   {"Nehalem", 0},
-      {"Atom", 0},        {"Barcelona", 0}, {"Opteron", 0},    {"Opteron_SSE3", 0}, {"Bobcat", 0},
-      {"Sandybridge", 1}, {"Bulldozer", 1}, {"Piledriver", 1}, {"Steamroller", 1},  {"Excavator", 1},
-      {"Haswell", 2},     {"Zen", 2},       {"SkylakeX", 3},   {"Cooperlake", 3},   {"SapphireRapids", 3}};
-  for (const auto& [name, level] : kCores) {
-    if (corename == name) return level;
-  }
-  return -1;
-}
+// Vector widths as levels: 0 SSE, 1 AVX, 2 AVX2 with FMA, 3 AVX-512 (the
+// F, BW, VL and DQ sets that oneDNN's avx512_core kernels need).
+constexpr const char* kIsaNames[] = {"SSE", "AVX", "AVX2", "AVX-512"};
 
 int cpu_level() {
-  if (__builtin_cpu_supports("avx512f")) return 3;
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512dq")) {
+    return 3;
+  }
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return 2;
   if (__builtin_cpu_supports("avx")) return 1;
   return 0;
 }
 
-}  // namespace
-
-std::string better_blas_core(const std::string& corename, int level) {
-  const int have = core_level(corename);
-  if (have < 0 || have >= level) return "";
-  static const char* const kBest[] = {"", "Sandybridge", "Haswell", "SkylakeX"};
-  return kBest[std::clamp(level, 0, 3)];
+// oneDNN's ISA values are bit sets, each containing the narrower ones.
+int kernel_level(dnnl_cpu_isa_t isa) {
+  const auto has = [isa](dnnl_cpu_isa_t set) { return (isa & set) == set; };
+  if (has(dnnl_cpu_isa_avx512_core)) return 3;
+  if (has(dnnl_cpu_isa_avx2)) return 2;
+  if (has(dnnl_cpu_isa_avx)) return 1;
+  return 0;
 }
 
-BlasKernelCheck check_blas_kernels() {
-  static const char* const kIsa[] = {"SSE", "AVX", "AVX2", "AVX-512"};
-  const char* name = openblas_get_corename();
-  BlasKernelCheck check;
-  check.corename = name != nullptr ? name : "";
-  // OpenBLAS names cores in lower case in some versions ("prescott").
-  if (!check.corename.empty()) {
-    check.corename[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(check.corename[0])));
+}  // namespace
+
+MatrixKernelCheck check_matrix_kernels() {
+  MatrixKernelCheck check;
+  const int kernels = kernel_level(dnnl_get_effective_cpu_isa());
+  const int cpu = cpu_level();
+  check.kernel_isa = kIsaNames[kernels];
+  check.cpu_isa = kIsaNames[cpu];
+  if (kernels >= cpu) return check;
+  for (const char* name : {"ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"}) {
+    if (const char* value = std::getenv(name)) {
+      check.note = std::string(name) + "=" + value + " limits oneDNN to its " + check.kernel_isa + " kernels on this " +
+                   check.cpu_isa + " CPU: matrix products run slower than they could. Unset " + name + ".";
+      return check;
+    }
   }
-  const int level = cpu_level();
-  check.cpu_isa = kIsa[level];
-  check.better_core = better_blas_core(check.corename, level);
+  check.note = "oneDNN runs its " + check.kernel_isa + " kernels on this " + check.cpu_isa +
+               " CPU: matrix products run slower than they could.";
   return check;
 }
 

@@ -1,16 +1,23 @@
 // The GEMM paths. A few rows of A (decode steps): our matrix-vector kernels
 // against a double-precision reference, the same bits for any number of
-// kernel threads, and for a row alone or in a batch.
+// kernel threads, and for a row alone or in a batch. More rows: oneDNN on
+// fixed blocks, the same bits for any number of threads.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <random>
 #include <thread>
 #include <vector>
 
 #include "op_test_util.h"
 #include "shardflow/tensor/gemm.h"
+
+extern "C" {  // libgomp's, under oneDNN
+int omp_get_max_threads();
+void omp_set_num_threads(int threads);
+}
 
 namespace sf = shardflow;
 using shardflow::testing_util::KernelThreads;
@@ -159,7 +166,7 @@ TEST(Gemv, ConcurrentCallersGetTheirOwnResults) {
   EXPECT_EQ(mismatches, std::vector<int>(4, 0));
 }
 
-// Products of more rows go to OpenBLAS, single-threaded, on blocks of C
+// Products of more rows go to oneDNN, single-threaded, on blocks of C
 // split over the kernel threads: by columns, or by rows when C has more
 // rows. The bits must not depend on the split, and the result is a GEMM.
 TEST(Gemm, BlocksSplitOverThreadsGiveTheBitsOfOneThread) {
@@ -209,18 +216,27 @@ TEST(Gemm, BlocksSplitOverThreadsGiveTheBitsOfOneThread) {
 
 }  // namespace
 
-// OpenBLAS's kernels against the CPU: narrower ones are replaced by the
-// widest core for the CPU's level; cores as wide (or unknown) are left.
-TEST(BlasKernels, ABetterCoreOnlyWhenTheKernelsAreNarrowerThanTheCpu) {
-  EXPECT_EQ(sf::better_blas_core("Prescott", 3), "SkylakeX");  // the Xeon of issue 29
-  EXPECT_EQ(sf::better_blas_core("Prescott", 2), "Haswell");
-  EXPECT_EQ(sf::better_blas_core("Nehalem", 1), "Sandybridge");
-  EXPECT_EQ(sf::better_blas_core("Haswell", 3), "SkylakeX");
-  EXPECT_EQ(sf::better_blas_core("Cooperlake", 3), "");  // Zen 4 is detected so: fine
-  EXPECT_EQ(sf::better_blas_core("Zen", 2), "");
-  EXPECT_EQ(sf::better_blas_core("SkylakeX", 2), "");    // wider than needed is the CPU's business
-  EXPECT_EQ(sf::better_blas_core("SomethingNew", 3), "");
-  const sf::BlasKernelCheck here = sf::check_blas_kernels();
-  EXPECT_FALSE(here.corename.empty());
-  EXPECT_FALSE(here.cpu_isa.empty());
+// oneDNN picks its kernels by the CPU's instruction sets: as wide as the
+// CPU's, and nothing to say, unless the environment limits them (the CLI
+// and Python tests set ONEDNN_MAX_CPU_ISA).
+TEST(MatrixKernels, AsWideAsTheCpuWhenNothingLimitsThem) {
+  if (std::getenv("ONEDNN_MAX_CPU_ISA") != nullptr || std::getenv("DNNL_MAX_CPU_ISA") != nullptr) {
+    GTEST_SKIP() << "the environment limits oneDNN's kernels";
+  }
+  const sf::MatrixKernelCheck here = sf::check_matrix_kernels();
+  EXPECT_EQ(here.kernel_isa, here.cpu_isa);
+  EXPECT_EQ(here.note, "");
+}
+
+// oneDNN's GEMM runs on OpenMP; each block asks for one thread and gives
+// the caller's setting back (PyTorch, in the same process, sets its own).
+TEST(Gemm, LeavesTheCallersOpenMpSettingAlone) {
+  const int original = omp_get_max_threads();
+  omp_set_num_threads(3);
+  const auto a = random_floats(64 * 96, 1);
+  const auto b = random_floats(96 * 80, 2);
+  std::vector<float> c(64 * 80);
+  sf::gemm_f32({64, 80, 96, false, false}, a.data(), b.data(), c.data());
+  EXPECT_EQ(omp_get_max_threads(), 3);
+  omp_set_num_threads(original);
 }

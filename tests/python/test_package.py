@@ -37,19 +37,24 @@ def test_public_names_are_exported():
     assert issubclass(sf.InvalidShardingError, (ValueError)) and issubclass(sf.InvalidShardingError, sf.Error)
 
 
-def test_narrow_blas_kernels_are_named_once_at_import():
-    """OPENBLAS_CORETYPE forcing SSE3 kernels on a CPU with AVX2 or wider: one
-    RuntimeWarning at import that says which variable to set."""
+def test_narrow_matrix_kernels_are_named_once_at_import():
+    """ONEDNN_MAX_CPU_ISA limiting oneDNN to SSE on a CPU with AVX2 or wider:
+    one RuntimeWarning at import that says what to unset; unlimited, none."""
     import subprocess
     import sys
 
-    corename, isa, _ = sf._core._blas_kernel_check()
-    assert corename and isa
-    env = {**os.environ, "OPENBLAS_CORETYPE": "Prescott", "PYTHONPATH": os.pathsep.join(sys.path)}
+    kernel_isa, cpu_isa, _ = sf._core._matrix_kernel_check()
+    assert kernel_isa and cpu_isa
+    env = {**os.environ, "ONEDNN_MAX_CPU_ISA": "SSE41", "PYTHONPATH": os.pathsep.join(sys.path)}
     result = subprocess.run([sys.executable, "-W", "always", "-c", "import shardflow"], capture_output=True, text=True,
                             env=env, timeout=120)
     assert result.returncode == 0, result.stderr
-    if isa in ("AVX2", "AVX-512"):
-        assert result.stderr.count("RuntimeWarning: OPENBLAS_CORETYPE=Prescott makes OpenBLAS use its Prescott "
-                                   "kernels on this") == 1, result.stderr
-        assert "OPENBLAS_CORETYPE=SkylakeX" in result.stderr or "OPENBLAS_CORETYPE=Haswell" in result.stderr
+    if cpu_isa in ("AVX2", "AVX-512"):
+        assert result.stderr.count("RuntimeWarning: ONEDNN_MAX_CPU_ISA=SSE41 limits oneDNN to its SSE kernels on "
+                                   f"this {cpu_isa} CPU") == 1, result.stderr
+        assert "Unset ONEDNN_MAX_CPU_ISA." in result.stderr
+    del env["ONEDNN_MAX_CPU_ISA"]
+    env.pop("DNNL_MAX_CPU_ISA", None)
+    result = subprocess.run([sys.executable, "-W", "always", "-c", "import shardflow"], capture_output=True, text=True,
+                            env=env, timeout=120)
+    assert result.returncode == 0 and "RuntimeWarning" not in result.stderr, result.stderr

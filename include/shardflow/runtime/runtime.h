@@ -23,10 +23,9 @@
 // Kernel threads: a runtime with more than one device sets kernel_threads()
 // (tensor/gemm.h) to one, restored on destruction. The device threads are
 // the parallelism; a kernel pool competing with them for the cores makes
-// GEMM timings bimodal (see background/dependencies.md §2). OpenBLAS runs
-// single-threaded under shardflow in any case; its idle pool threads, made
-// when the library loads, spin briefly at start-up, so for the steadiest
-// timings also export OPENBLAS_NUM_THREADS=1 before the program starts.
+// GEMM timings bimodal (see background/dependencies.md §2). oneDNN runs
+// single-threaded under shardflow in any case (each GEMM block asks OpenMP
+// for one thread).
 #pragma once
 
 #include <cstdint>
