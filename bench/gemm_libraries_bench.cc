@@ -12,6 +12,7 @@
 // OPENBLAS_CORETYPE=Haswell, SkylakeX, ... to compare its kernel sets.
 //
 // Each row: GFLOPS of each library, median of `--rounds` rounds (default 3)
+// (`--only TEXT`: the products whose name contains TEXT)
 // in which the libraries alternate, and ours / the best of the others. Every
 // library's C is checked against ours (relative max difference).
 #include <cblas.h>
@@ -149,8 +150,10 @@ std::vector<float> random_floats(int64_t count, unsigned seed) {
 
 int main(int argc, char** argv) {
   int rounds = 3;
+  std::string only;  // --only TEXT: the products whose name contains TEXT
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], "--rounds") == 0) rounds = std::max(std::atoi(argv[i + 1]), 1);
+    if (std::strcmp(argv[i], "--only") == 0) only = argv[i + 1];
   }
   const int max_threads = sf::kernel_threads();  // also keeps OpenBLAS at one thread outside its own timings
   std::vector<Library> libraries = {shardflow_gemm(), openblas()};
@@ -165,6 +168,7 @@ int main(int argc, char** argv) {
     for (const Library& library : libraries) std::printf(" %16s", library.name.c_str());
     std::printf(" %10s %9s\n", "ours/best", "max diff");
     for (const Product& p : kProducts) {
+      if (std::string(p.what).find(only) == std::string::npos) continue;
       const std::vector<float> a = random_floats(p.m * p.k, 1), b = random_floats(p.k * p.n, 2);
       std::vector<float> reference(static_cast<std::size_t>(p.m * p.n)), c(reference.size());
       libraries[0].set_threads(threads);

@@ -115,10 +115,11 @@ void gemm_f32(const GemmShape& s, const float* a, const float* b, float* c, bool
   const int64_t per_line = std::max<int64_t>((by_columns ? s.m : s.n) * s.k, 1);  // multiply-adds per column/row
   // Blocks of at least kMinMultiplyAddsPerBlock. Every block repacks the
   // other operand; once that outgrows the L2 cache (256 Ki floats) it comes
-  // from memory, and blocks of 256 lines keep the copy to one element per
-  // 256 multiply-adds.
-  const int64_t min_lines =
-      std::max({kMinMultiplyAddsPerBlock / per_line, per_line >= (int64_t{1} << 18) ? int64_t{256} : 1, int64_t{1}});
+  // from farther away, and blocks of 256 lines keep the copy to one element
+  // per 256 multiply-adds; from 4 Mi floats on (16 MiB, past a core's share
+  // of the L3) it streams from memory, and blocks of 512 lines halve that.
+  const int64_t repack_lines = per_line >= (int64_t{1} << 22) ? 512 : per_line >= (int64_t{1} << 18) ? 256 : 128;
+  const int64_t min_lines = std::max({kMinMultiplyAddsPerBlock / per_line, repack_lines, int64_t{1}});
   const int64_t block = block_lines(length, min_lines);
   const int64_t blocks = (length + block - 1) / block;
   parallel_for(blocks, 1, 1, [&](int64_t first, int64_t last) {
