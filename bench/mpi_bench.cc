@@ -4,13 +4,16 @@
 //                       alternate between the two); vs_mpi = raw time / ours
 //   Stories15MDecode    stories15M (random weights) decode, batch 1, model
 //                       axis over all ranks, vs the same on as many in-process
-//                       devices (run by rank 0 while the other ranks sleep)
+//                       devices (run by rank 0, on every CPU rather than the
+//                       core mpiexec bound it to, while the other ranks sleep)
 //
 //   mpiexec -n 2 build/release/bench/mpi_bench      (rank 0 reports)
 //
 // Iteration counts are fixed: every rank must make the same calls.
 #include <benchmark/benchmark.h>
 #include <mpi.h>
+#include <sched.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <numeric>
@@ -89,6 +92,26 @@ double decode_tokens_per_s(int64_t devices, int64_t steps) {
   return static_cast<double>(steps) / seconds_since(start);
 }
 
+// While it exists, this thread and the threads it starts may run on every
+// CPU of the machine, not only the core mpiexec bound the rank to (as a
+// program started without mpiexec may).
+class AllCpus {
+ public:
+  AllCpus() {
+    sched_getaffinity(0, sizeof(bound_), &bound_);
+    cpu_set_t all;
+    CPU_ZERO(&all);
+    for (int cpu = 0, cpus = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)); cpu < cpus; ++cpu) CPU_SET(cpu, &all);
+    sched_setaffinity(0, sizeof(all), &all);
+  }
+  ~AllCpus() { sched_setaffinity(0, sizeof(bound_), &bound_); }
+  AllCpus(const AllCpus&) = delete;
+  AllCpus& operator=(const AllCpus&) = delete;
+
+ private:
+  cpu_set_t bound_;
+};
+
 void Stories15MDecode(benchmark::State& state) {
   const int64_t devices = g_mpi->num_devices();
   constexpr int64_t kSteps = 32;
@@ -97,6 +120,7 @@ void Stories15MDecode(benchmark::State& state) {
     // The baseline on rank 0 alone; the others sleep instead of spinning in
     // MPI so that they leave the cores to it.
     if (g_mpi->process_index() == 0) {
+      const AllCpus all_cpus;  // mpiexec binds each rank to one core; the devices get every core
       sf::Runtime local = sf::Runtime::local(devices);
       in_process = decode_tokens_per_s(devices, kSteps);
     }

@@ -1,7 +1,6 @@
 #include "shardflow/tensor/gemm.h"
 
 #include <dnnl.h>
-#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
@@ -31,12 +30,6 @@ int count_from_environment(const char* name) {
   char* end = nullptr;
   const long value = std::strtol(text, &end, 10);
   return end != text && *end == '\0' && value > 0 && value <= 4096 ? static_cast<int>(value) : 0;
-}
-
-int available_cores() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(CPU_COUNT(&set), 1);
-  return static_cast<int>(std::max(std::thread::hardware_concurrency(), 1u));
 }
 
 // The kernel thread count: OMP_NUM_THREADS (what PyTorch reads), else

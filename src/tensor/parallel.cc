@@ -1,5 +1,7 @@
 #include "shardflow/tensor/parallel.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
 #include <exception>
@@ -257,5 +259,11 @@ void parallel_for_impl(int64_t count, int64_t min_part, int64_t align, RangeFn f
 namespace shardflow {
 
 int64_t parallel_kernel_calls() { return detail::parallel_calls.load(std::memory_order_relaxed); }
+
+int available_cores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(CPU_COUNT(&set), 1);
+  return static_cast<int>(std::max(std::thread::hardware_concurrency(), 1u));
+}
 
 }  // namespace shardflow

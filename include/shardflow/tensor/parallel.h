@@ -23,6 +23,9 @@ namespace shardflow {
 template <class Body>
 void parallel_for(int64_t count, int64_t min_part, int64_t align, const Body& body);
 
+// The cores this process may run on (its CPU affinity), at least 1.
+int available_cores();
+
 namespace detail {
 using RangeFn = void (*)(const void* body, int64_t begin, int64_t end);
 void parallel_for_impl(int64_t count, int64_t min_part, int64_t align, RangeFn fn, const void* body);
