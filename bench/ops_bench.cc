@@ -6,16 +6,24 @@
 // DecodeLinear: aten::linear of one row (a decode step) against weights of
 //   37-98 MB, the size of LLaMA output heads, vs cblas_sgemv on the same operands;
 //   `vs_cblas` as above, `GB_s` the weight bytes streamed per second.
+// DecodeLinearFromMemory/<rows>/<threads>: aten::linear of 1-8 rows against
+//   a weight of 8192 columns and at least 1 GiB and four times the last-level
+//   cache (so it streams from memory), vs a streaming read of as many bytes
+//   (bandwidth_probe.h), alternating in 5 rounds. `vs_stream` = the median
+//   over rounds of the weight bytes per second / the faster probe before or
+//   after (target >= 0.9); `vs_stream_min`/`_max` its spread.
 // Add, Silu on 16M f32: counter `vs_memcpy` = bandwidth of the op (bytes
 //   read + written) / bandwidth of memcpy of the same bytes (target >= 0.6).
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <thread>
 #include <vector>
 
+#include "bandwidth_probe.h"
 #include "shardflow/tensor/gemm.h"
 #include "shardflow/trace/ops.h"
 
@@ -103,6 +111,47 @@ void DecodeLinear(benchmark::State& state) {
   state.counters["vs_cblas"] = blas / op;
 }
 BENCHMARK(DecodeLinear)->Args({32000, 288})->Args({32000, 768})->Args({8192, 2048})->Unit(benchmark::kMillisecond);
+
+void DecodeLinearFromMemory(benchmark::State& state) {
+  const int64_t rows = state.range(0);
+  const int threads_before = sf::kernel_threads();
+  sf::set_kernel_threads(static_cast<int>(state.range(1)));
+  constexpr int64_t kColumns = 8192;
+  const int64_t weight_bytes = std::max(int64_t{1} << 30, 4 * sf::bench::llc_bytes());
+  const sf::Tensor x = sf::randn({rows, kColumns}, 1);
+  const sf::Tensor w = sf::randn({weight_bytes / 4 / kColumns, kColumns}, 2);
+  sf::bench::BandwidthProbe probe;
+  std::vector<double> fractions, rates;
+  for (auto _ : state) {
+    double before = probe.measure(static_cast<double>(weight_bytes));
+    for (int round = 0; round < 5; ++round) {
+      const auto start = std::chrono::steady_clock::now();
+      sf::Tensor out = sf::linear(x, w);
+      benchmark::DoNotOptimize(out);
+      const double rate = static_cast<double>(weight_bytes) /
+                          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const double after = probe.measure(static_cast<double>(weight_bytes));
+      rates.push_back(rate);
+      fractions.push_back(rate / std::max(before, after));
+      before = after;
+    }
+  }
+  sf::set_kernel_threads(threads_before);
+  std::sort(fractions.begin(), fractions.end());
+  std::sort(rates.begin(), rates.end());
+  state.counters["GB_s"] = rates[rates.size() / 2] / 1e9;
+  state.counters["vs_stream"] = fractions[fractions.size() / 2];
+  state.counters["vs_stream_min"] = fractions.front();
+  state.counters["vs_stream_max"] = fractions.back();
+  state.counters["weights_MiB"] = static_cast<double>(weight_bytes) / (1 << 20);
+  state.counters["llc_MiB"] = static_cast<double>(sf::bench::llc_bytes()) / (1 << 20);
+  state.SetLabel("weights from memory: >= 1 GiB and >= 4x the last-level cache");
+}
+BENCHMARK(DecodeLinearFromMemory)
+    ->ArgsProduct({{1, 8}, {1, 2}})
+    ->Iterations(1)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 constexpr int64_t kElements = int64_t{16} << 20;
 

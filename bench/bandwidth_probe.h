@@ -1,0 +1,107 @@
+// The memory-bandwidth bound of the benchmarks: how fast a plain loop
+// streams floats from memory on this machine, measured in the same process
+// as what it bounds. Compile the including target with the machine's widest
+// vectors (-march=native), as the kernels it is compared with are.
+#pragma once
+
+#include <benchmark/benchmark.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "shardflow/tensor/dense_tensor.h"
+#include "shardflow/tensor/gemm.h"
+
+namespace shardflow::bench {
+
+// One shape of a streaming sum over n floats (a multiple of 128): eight
+// add chains of kBytes-wide vectors, with or without the decode kernel's
+// non-temporal prefetch 2 KiB ahead. Which shape reads fastest differs by
+// machine and, on the dev VM, from minute to minute, so the probe takes the
+// best of them: the bound is what some plain read loop reaches.
+template <int kBytes, bool kPrefetch>
+void stream(const float* p, std::size_t n) {
+  using V [[gnu::vector_size(kBytes)]] = float;
+  constexpr std::size_t kLanes = kBytes / sizeof(float);
+  V acc[8] = {};
+  for (std::size_t i = 0; i < n; i += 8 * kLanes) {
+    if constexpr (kPrefetch) {
+      for (std::size_t line = 0; line < 8 * kLanes; line += 16) __builtin_prefetch(p + i + line + 512, 0, 0);
+    }
+    for (std::size_t k = 0; k < 8; ++k) {
+      V v;
+      std::memcpy(&v, p + i + k * kLanes, kBytes);
+      acc[k] += v;
+    }
+  }
+  for (std::size_t k = 1; k < 8; ++k) acc[0] += acc[k];
+  float lanes[kLanes];
+  std::memcpy(lanes, &acc[0], kBytes);
+  benchmark::DoNotOptimize(lanes[0]);
+}
+
+// The last-level cache as the C library reports it; 0 when unknown. A VM
+// may report the whole host's (the 2-core dev VM says 508 MiB).
+int64_t llc_bytes() {
+  const long bytes = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  return bytes > 0 ? bytes : 0;
+}
+
+// Bytes per second of streaming reads: the best of the loop shapes, on one
+// thread and on as many as the kernels use. measure() reads the whole
+// buffer, four times the last-level cache and at least 1 GiB, so that it
+// comes from memory; measure(bytes) reads its first `bytes` pass after pass,
+// keeping in the caches what they hold of a working set that size.
+class BandwidthProbe {
+ public:
+  // The buffer comes from the tensor allocator, as the weights do (page
+  // alignment), so that both stream from the same kind of memory.
+  BandwidthProbe()
+      : buffer_(
+            shardflow::DenseTensor::empty(shardflow::DType::kF32, {std::max(int64_t{1} << 30, 4 * llc_bytes()) / 4})) {
+    std::fill(data(), data() + size(), 1.0f);
+  }
+
+  double measure() { return measure(size() * sizeof(float)); }
+
+  double measure(double bytes) {
+    const float* buffer = data();
+    const std::size_t floats = std::min(size(), static_cast<std::size_t>(bytes / sizeof(float)));
+    double best = 0;
+    for (int threads : {1, shardflow::kernel_threads()}) {
+      const std::size_t part = floats / static_cast<std::size_t>(threads) / 128 * 128;
+      // Two passes of each: a single pass on this VM sometimes reads at
+      // half speed, which would lower the bound.
+      for (int pass = 0; pass < 2; ++pass) {
+        for (auto* stream :
+             {&stream<16, false>, &stream<32, false>, &stream<32, true>, &stream<64, false>, &stream<64, true>}) {
+          const auto start = std::chrono::steady_clock::now();
+          std::vector<std::thread> helpers;
+          for (int t = 1; t < threads; ++t) {
+            helpers.emplace_back(stream, buffer + part * static_cast<std::size_t>(t), part);
+          }
+          stream(buffer, part);
+          for (std::thread& helper : helpers) helper.join();
+          best = std::max(best, static_cast<double>(part * static_cast<std::size_t>(threads) * sizeof(float)) /
+                                    std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+        }
+      }
+    }
+    return best;
+  }
+
+  double bytes() const { return static_cast<double>(size() * sizeof(float)); }
+
+ private:
+  float* data() { return buffer_.data_as<float>(); }
+  std::size_t size() const { return static_cast<std::size_t>(buffer_.numel()); }
+
+  shardflow::DenseTensor buffer_;
+};
+
+}  // namespace shardflow::bench
