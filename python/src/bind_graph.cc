@@ -296,6 +296,10 @@ void bind_graph(nb::module_& m) {
           },
           "value"_a)
       .def_prop_ro(
+          "warnings", [](const PyPropagation& p) { return p.result->warnings(); },
+          "What propagation could not settle (a stage stopped at its round limit while still changing); the "
+          "partitioned program repeats these in its warnings.")
+      .def_prop_ro(
           "text", [](const PyPropagation& p) { return print_with_shardings(*p.graph.graph, *p.result); },
           "The graph with every value's sharding (readable and XLA V1).")
       .def("__str__", [](const PyPropagation& p) { return print_with_shardings(*p.graph.graph, *p.result); });

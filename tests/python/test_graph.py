@@ -67,6 +67,29 @@ def test_partition_reports_collectives_like_the_cli(tmp_path, cli):
     assert "all-reduce over 'model'" in program.text
 
 
+def chain_of_adds(ops: int, zigzag: bool) -> str:
+    """An annotation on %x0 carried along `ops` adds: in graph order, or
+    zig-zagging so that every round of propagation moves it two adds."""
+    text = "func @chain(%x0: f32[8]" + "".join(f", %x{k}: f32[8]" for k in range(1, ops + 1)) + ") -> (f32[8]) {\n"
+    text += '  %a = xla::dynamo_mark_sharding(%x0, [0, 1], "(2,)", "(\'d\',)", "(\'d\',)") : f32[8]\n'
+    for n in range(ops):
+        k = n ^ 1 if zigzag else n
+        lhs = "a" if k == 0 else f"x{k}"
+        text += f"  %y{k} = aten::add.Tensor(%{lhs}, %x{k + 1}) : f32[8]\n"
+    return text + "  return %y0\n}\n"
+
+
+def test_propagation_that_stops_at_its_round_limit_says_so():
+    settled = sf.propagate(sf.Graph.parse(chain_of_adds(300, zigzag=False)))
+    assert settled.readable("%x300") == "f32[8@d]" and settled.warnings == []
+    stopped = sf.propagate(sf.Graph.parse(chain_of_adds(300, zigzag=True)))
+    assert stopped.readable("%x257") == "f32[8]"
+    assert len(stopped.warnings) == 2
+    assert stopped.warnings[0].startswith("sharding propagation over pass-through ops stopped after 64 rounds while "
+                                          "still changing (%y127 changed in the last round)")
+    assert sf.partition(sf.Graph.parse(chain_of_adds(300, zigzag=True))).warnings[:2] == stopped.warnings
+
+
 @pytest.mark.parametrize("text", GRAPHS, ids=range(len(GRAPHS)))
 def test_sharded_runs_match_one_device(text):
     g = sf.Graph.parse(text)
