@@ -9,7 +9,6 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
-#include <thread>
 
 #include "gemv.h"
 #include "shardflow/tensor/parallel.h"
