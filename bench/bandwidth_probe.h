@@ -47,7 +47,7 @@ void stream(const float* p, std::size_t n) {
 
 // The last-level cache as the C library reports it; 0 when unknown. A VM
 // may report the whole host's (the 2-core dev VM says 508 MiB).
-int64_t llc_bytes() {
+inline int64_t llc_bytes() {
   const long bytes = sysconf(_SC_LEVEL3_CACHE_SIZE);
   return bytes > 0 ? bytes : 0;
 }

@@ -7,14 +7,14 @@
 // oneDNN's C GEMM (libdnnl.so.2, already loaded by shardflow) and BLIS
 // (blis-pthread/libblis.so.4) are opened with dlopen, so the project does
 // not depend on BLIS; a library that is not installed is left out (Debian:
-// libblis4-pthread). OpenBLAS's
-// kernels are the ones it chose when it loaded: run again with
-// OPENBLAS_CORETYPE=Haswell, SkylakeX, ... to compare its kernel sets.
+// libblis4-pthread). OpenBLAS's kernels are the ones it chose when it
+// loaded: run again with OPENBLAS_CORETYPE=Haswell, SkylakeX, ... to
+// compare its kernel sets.
 //
 // Each row: GFLOPS of each library, median of `--rounds` rounds (default 3)
-// (`--only TEXT`: the products whose name contains TEXT)
 // in which the libraries alternate, and ours / the best of the others. Every
-// library's C is checked against ours (relative max difference).
+// library's C is checked against ours (relative max difference). `--only
+// TEXT` times the products whose name contains TEXT.
 #include <cblas.h>
 #include <dlfcn.h>
 
@@ -26,9 +26,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "shardflow/tensor/gemm.h"
@@ -64,44 +66,44 @@ struct Library {
 };
 
 // oneDNN's C GEMM (row-major) and its OpenMP thread count.
-Library* open_onednn() {
+std::optional<Library> open_onednn() {
   // OpenMP threads would spin after each call and take the cores the next
   // library is timed on.
   setenv("OMP_WAIT_POLICY", "passive", 0);
   void* dnnl = dlopen("libdnnl.so.2", RTLD_NOW | RTLD_LOCAL);
-  if (dnnl == nullptr) return nullptr;
+  if (dnnl == nullptr) return std::nullopt;
   using SgemmFn = int (*)(char, char, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t,
                           float, float*, int64_t);
   auto sgemm = reinterpret_cast<SgemmFn>(dlsym(dnnl, "dnnl_sgemm"));
   void* gomp = dlopen("libgomp.so.1", RTLD_NOW | RTLD_NOLOAD);
   auto set_omp = gomp != nullptr ? reinterpret_cast<void (*)(int)>(dlsym(gomp, "omp_set_num_threads")) : nullptr;
-  if (sgemm == nullptr || set_omp == nullptr) return nullptr;
-  return new Library{"oneDNN", set_omp, [sgemm](const Product& p, const float* a, const float* b, float* c) {
-                       sgemm('N', p.transpose_b ? 'T' : 'N', p.m, p.n, p.k, 1.0f, a, p.k, b, p.transpose_b ? p.k : p.n,
-                             0.0f, c, p.n);
-                     }};
+  if (sgemm == nullptr || set_omp == nullptr) return std::nullopt;
+  return Library{"oneDNN", set_omp, [sgemm](const Product& p, const float* a, const float* b, float* c) {
+                   sgemm('N', p.transpose_b ? 'T' : 'N', p.m, p.n, p.k, 1.0f, a, p.k, b, p.transpose_b ? p.k : p.n,
+                         0.0f, c, p.n);
+                 }};
 }
 
 // BLIS's typed API, which takes both strides of every matrix (so a
 // transposed B is only its strides) and its own thread count.
-Library* open_blis() {
+std::optional<Library> open_blis() {
   void* blis = dlopen("/usr/lib/x86_64-linux-gnu/blis-pthread/libblis.so.4", RTLD_NOW | RTLD_LOCAL);
-  if (blis == nullptr) return nullptr;
+  if (blis == nullptr) return std::nullopt;
   using SgemmFn = void (*)(int, int, int64_t, int64_t, int64_t, const float*, const float*, int64_t, int64_t,
                            const float*, int64_t, int64_t, const float*, float*, int64_t, int64_t);
   auto sgemm = reinterpret_cast<SgemmFn>(dlsym(blis, "bli_sgemm"));
   auto set_threads = reinterpret_cast<void (*)(int64_t)>(dlsym(blis, "bli_thread_set_num_threads"));
   auto arch_id = reinterpret_cast<int (*)()>(dlsym(blis, "bli_arch_query_id"));
   auto arch_name = reinterpret_cast<const char* (*)(int)>(dlsym(blis, "bli_arch_string"));
-  if (sgemm == nullptr || set_threads == nullptr || arch_id == nullptr || arch_name == nullptr) return nullptr;
+  if (sgemm == nullptr || set_threads == nullptr || arch_id == nullptr || arch_name == nullptr) return std::nullopt;
   constexpr int kNoTranspose = 0;
-  return new Library{std::string("BLIS ") + arch_name(arch_id()), [set_threads](int t) { set_threads(t); },
-                     [sgemm](const Product& p, const float* a, const float* b, float* c) {
-                       const float one = 1.0f, zero = 0.0f;
-                       const int64_t b_row_stride = p.transpose_b ? 1 : p.n, b_col_stride = p.transpose_b ? p.k : 1;
-                       sgemm(kNoTranspose, kNoTranspose, p.m, p.n, p.k, &one, a, p.k, 1, b, b_row_stride, b_col_stride,
-                             &zero, c, p.n, 1);
-                     }};
+  return Library{std::string("BLIS ") + arch_name(arch_id()), [set_threads](int t) { set_threads(t); },
+                 [sgemm](const Product& p, const float* a, const float* b, float* c) {
+                   const float one = 1.0f, zero = 0.0f;
+                   const int64_t b_row_stride = p.transpose_b ? 1 : p.n, b_col_stride = p.transpose_b ? p.k : 1;
+                   sgemm(kNoTranspose, kNoTranspose, p.m, p.n, p.k, &one, a, p.k, 1, b, b_row_stride, b_col_stride,
+                         &zero, c, p.n, 1);
+                 }};
 }
 
 Library openblas() {
@@ -155,10 +157,12 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--rounds") == 0) rounds = std::max(std::atoi(argv[i + 1]), 1);
     if (std::strcmp(argv[i], "--only") == 0) only = argv[i + 1];
   }
-  const int max_threads = sf::kernel_threads();  // also keeps OpenBLAS at one thread outside its own timings
+  const int max_threads = sf::kernel_threads();
+  constexpr std::size_t kOurs = 0, kOpenBlas = 1;
   std::vector<Library> libraries = {shardflow_gemm(), openblas()};
-  if (Library* onednn = open_onednn()) libraries.push_back(*onednn);
-  if (Library* blis = open_blis()) libraries.push_back(*blis);
+  for (std::optional<Library> library : {open_onednn(), open_blis()}) {
+    if (library) libraries.push_back(std::move(*library));
+  }
 
   std::printf("GFLOPS, median of %d alternating rounds; 'ours/best': shardflow / the best other library\n", rounds);
   std::vector<int> thread_counts = {1};
@@ -171,8 +175,8 @@ int main(int argc, char** argv) {
       if (std::string(p.what).find(only) == std::string::npos) continue;
       const std::vector<float> a = random_floats(p.m * p.k, 1), b = random_floats(p.k * p.n, 2);
       std::vector<float> reference(static_cast<std::size_t>(p.m * p.n)), c(reference.size());
-      libraries[0].set_threads(threads);
-      libraries[0].gemm(p, a.data(), b.data(), reference.data());
+      libraries[kOurs].set_threads(threads);
+      libraries[kOurs].gemm(p, a.data(), b.data(), reference.data());
       double difference = 0;
       std::vector<std::vector<double>> times(libraries.size());
       for (int round = 0; round < rounds; ++round) {
@@ -180,7 +184,7 @@ int main(int argc, char** argv) {
           libraries[l].set_threads(threads);
           times[l].push_back(seconds_for(libraries[l].gemm, p, a.data(), b.data(), c.data()));
           difference = std::max(difference, relative_difference(c, reference));
-          if (l == 1) {  // OpenBLAS back to one thread; let its pool fall asleep
+          if (l == kOpenBlas) {  // back to one thread; let its pool fall asleep before the next timing
             openblas_set_num_threads(1);
             std::this_thread::sleep_for(std::chrono::milliseconds(100));
           }
@@ -193,7 +197,7 @@ int main(int argc, char** argv) {
       for (std::size_t l = 0; l < libraries.size(); ++l) {
         std::nth_element(times[l].begin(), times[l].begin() + rounds / 2, times[l].end());
         const double gflops = flops / times[l][static_cast<std::size_t>(rounds / 2)] / 1e9;
-        if (l == 0) {
+        if (l == kOurs) {
           ours = gflops;
         } else {
           best_other = std::max(best_other, gflops);
