@@ -5,6 +5,7 @@
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include "arrays.h"
@@ -12,6 +13,7 @@
 #include "convert.h"
 #include "shardflow/base/error.h"
 #include "shardflow/ir/op_def.h"
+#include "shardflow/ops/in_place.h"
 #include "shardflow/trace/call.h"
 #include "shardflow/trace/compile.h"
 #include "shardflow/trace/mark_sharding.h"
@@ -532,6 +534,23 @@ void bind_tensor(nb::module_& m) {
       "from_dlpack", [](const InputArray& array) { return Tensor(borrow_array(array)); }, "array"_a,
       "A tensor viewing the memory of a NumPy array, torch CPU tensor or any DLPack / buffer-protocol array, "
       "without a copy (arrays that are not row-major are copied once).");
+  m.def(
+      "_put_rows_into",
+      [](const std::vector<std::tuple<Tensor, int64_t, Tensor, Tensor>>& writes) {
+        nb::gil_scoped_release release;  // sharded operands are gathered on the devices
+        for (const auto& [target, dim, index, source] : writes) {
+          DenseTensor memory = target.sharding() ? DenseTensor() : target.value();
+          if (!memory.is_borrowed()) {
+            throw Error("_put_rows_into writes only into memory viewed with from_dlpack (another library's), got " +
+                        target.to_string());
+          }
+          ops::put_rows_into(memory, dim, index.value(), source.value());
+        }
+      },
+      "writes"_a,
+      "For each (target, dim, index, source), in order: target[..., index, ...] = source along dim, written into "
+      "the memory target views (from_dlpack of a torch tensor). How the torch bridge brings a tensor a compiled "
+      "graph wrote in place up to date.");
   m.def(
       "mark_sharding",
       [](const Tensor& t, const Mesh& mesh, nb::handle spec) {

@@ -1,9 +1,10 @@
-// Indexing ops: embedding, index_select, index_copy (functional) and gather.
+// Indexing ops: embedding, index_select, index_copy (functional) and gather,
+// and put_rows_into, index_copy's in-place form for memory a caller owns.
 //
 // Index tensors are i64 or i32. Every index is checked against the size it
 // indexes before anything is read, and the error names the index and the
 // size; no op here wraps negative indices (PyTorch's CPU kernels reject them
-// too).
+// too); put_rows_into does, as index_put_ does.
 //
 // Sharding rules list the result's dims first, in order, then the factors
 // the result lacks. The dim embedding, index_select and gather read from is
@@ -34,6 +35,7 @@
 #include "kernel_util.h"
 #include "shardflow/base/error.h"
 #include "shardflow/base/text.h"
+#include "shardflow/ops/in_place.h"
 
 namespace shardflow::ops {
 namespace {
@@ -279,11 +281,11 @@ void register_index_select(OpRegistry& r) {
 // --------------------------------------------------------------- index_copy
 
 // PyTorch's checks of index_copy_, in its order; the result is self's type.
-TensorType index_copy_type(const OpArgs& args, std::span<const TensorType> in) {
+TensorType index_copy_type(int64_t dim_arg, std::span<const TensorType> in) {
   const TensorType& self = in[0];
   const TensorType& index = in[1];
   const TensorType& source = in[2];
-  const int64_t dim = wrap_dim(args.get_int("dim"), self.rank());
+  const int64_t dim = wrap_dim(dim_arg, self.rank());
   if (index.rank() > 1) {
     throw Error(fmt::format("index_copy_(): Index should have dimension 1 or 0 (got {})", index.rank()));
   }
@@ -331,16 +333,31 @@ TensorType index_copy_type(const OpArgs& args, std::span<const TensorType> in) {
   return self;
 }
 
+// out[o, indices[k] - window.begin, :] = src[o, k, :] for the indices inside
+// the window of the dim `rows` spans (the whole dim: begin 0); the others are
+// another shard's. Rows past the dim's global end are the last shard's
+// padding. k ascends, so the last duplicate wins.
+void write_rows_in_window(std::byte* out, Slab rows, std::size_t row_bytes, std::span<const int64_t> indices,
+                          const IndexWindow& window, const std::byte* src) {
+  const int64_t held = std::clamp<int64_t>(window.global_size - window.begin, 0, rows.size);
+  const auto count = static_cast<int64_t>(indices.size());
+  for (int64_t k = 0; k < count; ++k) {
+    const int64_t local = indices[static_cast<std::size_t>(k)] - window.begin;
+    if (local < 0 || local >= held) continue;
+    for (int64_t o = 0; o < rows.outer; ++o) {
+      std::memcpy(out + static_cast<std::size_t>(o * rows.size + local) * row_bytes,
+                  src + static_cast<std::size_t>(o * count + k) * row_bytes, row_bytes);
+    }
+  }
+}
+
 // index_copy into the shard of self's written dim that starts at global row
-// window.begin (the whole dim: begin 0): the indices inside it replace its
-// rows, the others are another shard's; every index is checked against the
-// dim's global size. Source is [outer, count, inner]; k ascending, so the
-// last duplicate wins.
+// window.begin (the whole dim: begin 0); every index is checked against the
+// dim's global size.
 DenseTensor copy_rows_in_window(const OpArgs& args, std::span<const DenseTensor> in, const IndexWindow& window) {
-  const TensorType out_type = index_copy_type(args, types_of(in));
+  const TensorType out_type = index_copy_type(args.get_int("dim"), types_of(in));
   const DenseTensor& self = in[0];
   const int64_t dim = wrap_dim(args.get_int("dim"), self.rank());
-  const Slab rows = slab(self.shape(), dim);
   const std::vector<int64_t> indices = index_values(in[1]);
   check_indices(indices, window.global_size, [&](int64_t i) {
     return fmt::format("index_copy_(): index {} is out of bounds for dimension {} with size {}", i, dim,
@@ -355,19 +372,9 @@ DenseTensor copy_rows_in_window(const OpArgs& args, std::span<const DenseTensor>
     out = DenseTensor::empty(out_type.dtype, out_type.shape);
     std::memcpy(out.data(), self.data(), self.nbytes());
   }
-  // Rows past the dim's global end are the last shard's padding.
-  const int64_t held = std::clamp<int64_t>(window.global_size - window.begin, 0, rows.size);
-  const std::size_t row = static_cast<std::size_t>(rows.inner) * element_size(self.dtype());
-  const auto count = static_cast<int64_t>(indices.size());
-  const std::byte* src = in[2].data();
-  for (int64_t k = 0; k < count; ++k) {
-    const int64_t local = indices[static_cast<std::size_t>(k)] - window.begin;
-    if (local < 0 || local >= held) continue;
-    for (int64_t o = 0; o < rows.outer; ++o) {
-      std::memcpy(out.data() + static_cast<std::size_t>(o * rows.size + local) * row,
-                  src + static_cast<std::size_t>(o * count + k) * row, row);
-    }
-  }
+  const Slab rows = slab(self.shape(), dim);
+  write_rows_in_window(out.data(), rows, static_cast<std::size_t>(rows.inner) * element_size(self.dtype()), indices,
+                       window, in[2].data());
   return out;
 }
 
@@ -375,7 +382,7 @@ void register_index_copy(OpRegistry& r) {
   OpDef def;
   def.family = OpFamily::kIndexing;
   def.infer = [](const OpArgs& args, std::span<const TensorType> in) {
-    return std::vector<TensorType>{index_copy_type(args, in)};
+    return std::vector<TensorType>{index_copy_type(args.get_int("dim"), in)};
   };
   def.sharding_rule = [](const OpArgs& args, std::span<const TensorType> in, std::span<const TensorType> out) {
     RuleBuilder b(in, out);
@@ -514,6 +521,27 @@ void register_gather(OpRegistry& r) {
 }
 
 }  // namespace
+
+void put_rows_into(DenseTensor& self, int64_t dim, const DenseTensor& index, const DenseTensor& source) {
+  Shape source_shape = source.shape();
+  if (source_shape.size() < self.shape().size()) {  // index_put_ broadcasts leading 1s: the same bytes
+    source_shape.insert(source_shape.begin(), self.shape().size() - source_shape.size(), 1);
+  }
+  const TensorType types[] = {
+      {self.dtype(), self.shape()}, {index.dtype(), index.shape()}, {source.dtype(), source_shape}};
+  index_copy_type(dim, types);  // index_copy_'s checks and messages
+  dim = wrap_dim(dim, self.rank());
+  const Slab rows = slab(self.shape(), dim);
+  std::vector<int64_t> indices = index_values(index);
+  for (int64_t& i : indices) {
+    if (i < -rows.size || i >= rows.size) {
+      throw Error(fmt::format("index {} is out of bounds for dimension {} with size {}", i, dim, rows.size));
+    }
+    if (i < 0) i += rows.size;  // index_put_ counts negative indices from the end
+  }
+  write_rows_in_window(self.data(), rows, static_cast<std::size_t>(rows.inner) * element_size(self.dtype()), indices,
+                       IndexWindow{0, rows.size}, source.data());
+}
 
 void register_index_ops(OpRegistry& registry) {
   register_embedding(registry);

@@ -43,6 +43,11 @@ DenseTensor gather_value(const TensorImpl& impl) {
   }
   if (!impl.donated_to.empty()) throw_donated(impl);
   if (impl.value) return *impl.value;
+  if (impl.layout->shard_shape == impl.type.shape) {  // every shard is the whole value (one device, replicas)
+    for (const DenseTensor& shard : impl.shards) {
+      if (shard.defined()) return shard;
+    }
+  }
   const std::vector<DenseTensor>* held = &impl.shards;
   std::vector<DenseTensor> fetched;
   if (std::any_of(impl.shards.begin(), impl.shards.end(), [](const DenseTensor& s) { return !s.defined(); })) {

@@ -1,9 +1,10 @@
-// Index ops (embedding, index_select, index_copy, gather) against
+// Index ops (embedding, index_select, index_copy and its in-place form, gather) against
 // straightforward reference loops, their errors and their sharding rules.
 #include <gtest/gtest.h>
 
 #include "op_test_util.h"
 #include "shardflow/base/error.h"
+#include "shardflow/ops/in_place.h"
 
 namespace sf = shardflow;
 using namespace shardflow::testing_util;
@@ -277,6 +278,69 @@ TEST(IndexOps, IndexCopyErrors) {
        "index_copy_(): index -1 is out of bounds for dimension 0 with size 3"},
       {"aten::index_copy", {self, 2, two, source}, "Dimension out of range"},
   });
+}
+
+// put_rows_into, index_copy's in-place form: the same rows as the op, written
+// into self's own buffer, with negative indices counted from the end.
+TEST(IndexOps, PutRowsIntoWritesWhatIndexCopyReturnsInPlace) {
+  std::mt19937 rng(9);
+  int case_number = 0;
+  for (const Shape& shape : {Shape{5}, Shape{3, 4}, Shape{2, 3, 4}, Shape{1, 6, 2, 3}}) {
+    const auto rank = static_cast<int64_t>(shape.size());
+    for (int64_t dim = -rank; dim < rank; ++dim) {
+      const int64_t wrapped = dim < 0 ? dim + rank : dim;
+      const int64_t size = shape[static_cast<std::size_t>(wrapped)];
+      for (int64_t count : {int64_t{0}, int64_t{1}, size + 1}) {
+        Shape source_shape = shape;
+        source_shape[static_cast<std::size_t>(wrapped)] = count;
+        const DType dtype = data_dtype(case_number);
+        auto self = random_tensor(dtype, shape, rng);
+        const auto source = random_tensor(dtype, source_shape, rng);
+        const auto index = random_tensor(index_dtype(case_number++), {count}, rng, -size, size);
+        std::vector<int64_t> from_start;  // what index_copy takes
+        for (int64_t k = 0; k < count; ++k) {
+          const auto i = static_cast<int64_t>(element(index, k));
+          from_start.push_back(i < 0 ? i + size : i);
+        }
+        const auto expected = call("aten::index_copy", {self, dim, from_ints(from_start, {count}), source});
+        const std::byte* buffer = self.data();
+        sf::ops::put_rows_into(self, dim, index, source);
+        EXPECT_EQ(self.data(), buffer);
+        EXPECT_EQ(to_doubles(self), to_doubles(expected)) << sf::shape_to_string(shape) << " dim " << dim;
+      }
+    }
+  }
+}
+
+TEST(IndexOps, PutRowsIntoTakesSourceWithoutLeadingOnes) {
+  auto cache = sf::DenseTensor::zeros(DType::kF32, {1, 2, 3, 2});  // [batch, heads, positions, head_dim]
+  sf::ops::put_rows_into(cache, 2, from_ints({-1}, {1}), from_floats({1, 2, 3, 4}, {2, 1, 2}));
+  EXPECT_EQ(to_doubles(cache), (std::vector<double>{0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 3, 4}));
+}
+
+TEST(IndexOps, PutRowsIntoErrors) {
+  std::mt19937 rng(10);
+  auto self = random_tensor(DType::kF32, {3, 4}, rng);
+  const auto before = to_doubles(self);
+  const auto source = random_tensor(DType::kF32, {2, 4}, rng);
+  const auto expect_error = [&](int64_t dim, const sf::DenseTensor& index, const sf::DenseTensor& src,
+                                const std::string& message) {
+    try {
+      sf::ops::put_rows_into(self, dim, index, src);
+      ADD_FAILURE() << "no error; expected: " << message;
+    } catch (const sf::Error& e) {
+      EXPECT_EQ(std::string(e.what()), message);
+    }
+  };
+  expect_error(0, from_ints({0, 3}, {2}), source, "index 3 is out of bounds for dimension 0 with size 3");
+  expect_error(0, from_ints({-4, 0}, {2}), source, "index -4 is out of bounds for dimension 0 with size 3");
+  expect_error(0, from_ints({0, 1}, {2}), random_tensor(DType::kBF16, {2, 4}, rng),
+               "index_copy_(): self and source expected to have the same dtype, but got (self) Float and (source) "
+               "BFloat16");
+  expect_error(1, from_ints({0, 1}, {2}), source,
+               "index_copy_(): Source/destination tensor must have same slice shapes. Destination slice shape: [3] "
+               "at dimension 1 and source slice shape: [2] at dimension 0.");
+  EXPECT_EQ(to_doubles(self), before);  // checked before anything is written
 }
 
 // ------------------------------------------------------------------- gather

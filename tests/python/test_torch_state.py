@@ -14,7 +14,7 @@ import shardflow as sf
 import shardflow.torch as sft
 import shardflow.torch.runtime as xr
 import shardflow.torch.spmd as xs
-from shardflow.torch import _state
+from shardflow.torch import _mutation, _state
 
 
 # Each writes rows `x` [B, 1, D] at position `pos` (a 1-element i64 tensor)
@@ -166,6 +166,52 @@ def test_the_decode_graph_writes_each_cache_in_place(spmd):
     (graph,) = [g for g in sft.compiled_graphs if g.last is not None][-1:]
     returned = graph.last.ir.split("-> (")[1].split(")")[0]
     assert returned == "f32[1,8], f32[1,64,8], i64[1], f32[1,1,8]"  # output, new shards, index, rows
+
+
+@pytest.mark.parametrize("write", ["index_copy_", "setitem_tensor_position", "negative_tensor_position"])
+def test_row_writes_reach_the_torch_tensor_without_torch_ops(spmd, monkeypatch, write):
+    """A cache update (whole rows at tensor positions) is written into the
+    torch tensor's memory by shardflow in one call per graph run, not replayed
+    with torch ops, and the tensor still matches eager PyTorch."""
+    spmd(4)
+    calls = []
+    real = sf._core._put_rows_into
+    monkeypatch.setattr(sf._core, "_put_rows_into", lambda writes: calls.append(len(writes)) or real(writes))
+    monkeypatch.setattr(_mutation.Mutation, "apply", lambda *a: pytest.fail("replayed with torch ops"))
+    compare([write], (None, "x", "y"), 4, (2, 2))
+    assert calls == [1] * 4  # one write per call, at each of the 4 positions
+
+
+def test_a_cache_that_is_not_contiguous_is_written_with_torch_ops(spmd, monkeypatch):
+    """Its memory is not one row-major block shardflow could write: the rows
+    are replayed with torch ops, and the values still match eager PyTorch."""
+    spmd(2)
+    monkeypatch.setattr(sf._core, "_put_rows_into", lambda writes: pytest.fail("written by shardflow"))
+
+    class Transposed(CacheStep):
+        def __init__(self, writes):
+            super().__init__(writes)
+            self.cache = torch.zeros(6, 2, 4).transpose(0, 1)  # [2, 6, 4], not contiguous
+
+    for cls_writes in (["index_copy_"], ["setitem_tensor_position", "negative_tensor_position"]):
+        eager, model = Transposed(cls_writes), Transposed(cls_writes)
+        xs.mark_sharding(model.cache, xs.Mesh(range(2), (2,), ("x",)), (None, "x", None))
+        expected = run_steps(eager, eager, (1, 4, 0))
+        torch._dynamo.reset()
+        got = run_steps(model, torch.compile(model, backend="shardflow"), (1, 4, 0))
+        assert _state.memory_view(model.cache) is None
+        for g, e in zip(got, expected):
+            torch.testing.assert_close(g, e)
+
+
+def test_row_writes_go_only_into_memory_another_library_owns():
+    """Kernels never write shardflow's own (possibly shared) buffers in place."""
+    rows = (sf.from_dlpack(torch.tensor([1])), sf.from_dlpack(torch.ones(1, 4)))
+    target = torch.zeros(3, 4)
+    sf._core._put_rows_into([(sf.from_dlpack(target), 0, *rows)])
+    assert target[:, 0].tolist() == [0, 1, 0]
+    with pytest.raises(sf.Error, match="writes only into memory viewed with from_dlpack"):
+        sf._core._put_rows_into([(sf.zeros([3, 4]), 0, *rows)])
 
 
 INDEX_READS = {

@@ -107,13 +107,7 @@ class CompiledGraph:
         return entry
 
     def __call__(self, args: list[Any]) -> list[torch.Tensor]:
-        inputs, shardings = [], []
-        for i, arg in enumerate(args):
-            if not isinstance(arg, torch.Tensor):
-                _refuse_non_tensor(arg)
-            tensor, sharding = _state.as_input(arg, i in self.written)
-            inputs.append(tensor)
-            shardings.append(sharding)
+        inputs, shardings = _state.as_inputs(args, self.written, _refuse_non_tensor)
         prepared = self.prepare(shardings)
         written = [args[m.input_index] for m in prepared.mutations]
         args.clear()  # the boxed convention: the callee lets go of the inputs
@@ -125,11 +119,29 @@ class CompiledGraph:
             raise
         del inputs
         results = [torch.from_dlpack(out) for out in outputs[:prepared.num_user_outputs]]
+        _write_back(prepared.mutations, written, outputs)
         for mutation, tensor in zip(prepared.mutations, written):
-            mutation.apply(tensor, lambda i: torch.from_dlpack(outputs[i]))
             if mutation.state_output is not None:
                 _state.set_sharded(tensor, outputs[mutation.state_output], shardings[mutation.input_index])
         return results
+
+
+def _write_back(mutations: list[_mutation.Mutation], written: list[torch.Tensor], outputs: list[sf.Tensor]) -> None:
+    """Brings the torch tensors the graph wrote up to date, in order. Row
+    writes into their memory go to shardflow in one call; others are
+    replayed with torch ops."""
+    rows: list[tuple] = []
+    for mutation, tensor in zip(mutations, written):
+        direct = mutation.rows_into(tensor, outputs)
+        if direct is not None:
+            rows += direct
+            continue
+        if rows:
+            sf._core._put_rows_into(rows)
+            rows = []
+        mutation.apply(tensor, lambda i: torch.from_dlpack(outputs[i]))
+    if rows:
+        sf._core._put_rows_into(rows)
 
 
 def _refuse_non_tensor(value: Any) -> None:

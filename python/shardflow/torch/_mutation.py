@@ -17,10 +17,12 @@ becomes the tensor's shards for the next call (see ``_state``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.fx
+
+from . import _state
 
 aten = torch.ops.aten
 
@@ -66,6 +68,10 @@ class HostWrite:
     op: str
     operands: tuple[Any, ...]  # FX nodes or None (an index_put index that is absent)
     params: tuple
+    # (dim, index node, source node) when the write is whole rows of the
+    # tensor itself, source of their shape but for leading 1s (a KV-cache update):
+    # shardflow writes those into the torch tensor's memory directly.
+    rows: tuple[int, torch.fx.Node, torch.fx.Node] | None = None
 
     def apply(self, target: torch.Tensor, value_of) -> None:
         region = target
@@ -95,6 +101,26 @@ def _chain_root(node: Any) -> Any:
     return node
 
 
+def _put_rows(base: torch.fx.Node, indices: list, values: Any) -> tuple[int, torch.fx.Node, torch.fx.Node] | None:
+    """(dim, index, values) when index_put writes whole rows at one integer
+    index along dim with values of their shape (or lacking leading 1s)."""
+    given = [(dim, index) for dim, index in enumerate(indices) if index is not None]
+    if len(given) != 1 or not isinstance(values, torch.fx.Node):
+        return None
+    dim, index = given[0]
+    index_val, values_val, base_val = index.meta.get("val"), values.meta.get("val"), base.meta.get("val")
+    if index_val is None or values_val is None or base_val is None:
+        return None
+    if index_val.dtype not in (torch.int64, torch.int32) or index_val.dim() != 1 or values_val.dtype != base_val.dtype:
+        return None
+    rows = list(base_val.shape)
+    rows[dim] = index_val.shape[0]
+    # index_put_ broadcasts values; leading dims of size 1 are the same bytes.
+    lead = len(rows) - values_val.dim()
+    fits = lead >= 0 and list(values_val.shape) == rows[lead:] and all(r == 1 for r in rows[:lead])
+    return (dim, index, values) if fits else None
+
+
 def host_writes(value: Any, base: torch.fx.Node) -> list[HostWrite] | None:
     """The in-place writes that turn `base` into `value`, in order; None when
     `value` is not a chain of scatters into `base`."""
@@ -107,11 +133,12 @@ def host_writes(value: Any, base: torch.fx.Node) -> list[HostWrite] | None:
         return None
     if value.target is aten.index_copy.default:
         _, dim, index, source = value.args
-        return prior + [HostWrite((), "index_copy", (index, source), (dim,))]
+        return prior + [HostWrite((), "index_copy", (index, source), (dim,), (dim, index, source))]
     if value.target is aten.index_put.default:
         indices, values = value.args[1], value.args[2]
         accumulate = value.args[3] if len(value.args) > 3 else value.kwargs.get("accumulate", False)
-        return prior + [HostWrite((), "index_put", (*indices, values), (accumulate,))]
+        return prior + [HostWrite((), "index_put", (*indices, values), (accumulate,),
+                                  None if accumulate else _put_rows(base, indices, values))]
     # select_scatter / slice_scatter: `src` goes into a view of self. When src
     # is itself a chain of writes into that same view of self (t[a][b] = x),
     # those writes are replayed inside the view instead of copying it whole.
@@ -139,6 +166,19 @@ class Mutation:
     state_output: int | None = None  # the new value laid out as the input was (kept as its shards)
     whole_output: int | None = None  # the new value, when it is copied whole
     operand_outputs: dict[torch.fx.Node, int] | None = None  # the writes' operands, by node
+
+    def rows_into(self, target: torch.Tensor, outputs: Sequence[Any]) -> list[tuple] | None:
+        """The writes as (memory, dim, index, source) for shardflow's
+        _put_rows_into, `outputs` being the graph's; None unless every write
+        is whole rows and the tensor's memory can be written directly."""
+        if self.writes is None or any(w.rows is None for w in self.writes):
+            return None
+        memory = _state.memory_view(target)
+        if memory is None:
+            return None
+        assert self.operand_outputs is not None
+        return [(memory, w.rows[0], outputs[self.operand_outputs[w.rows[1]]], outputs[self.operand_outputs[w.rows[2]]])
+                for w in self.writes if w.rows is not None]
 
     def apply(self, target: torch.Tensor, output: Callable[[int], torch.Tensor]) -> None:
         """Writes the new value into the caller's torch tensor; output(i) is the graph's output i."""

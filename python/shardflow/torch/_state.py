@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
+from typing import Callable, NoReturn
 
 import torch
 
@@ -59,6 +60,10 @@ def sharded(t: torch.Tensor, expected_writes: int = 0) -> sf.Tensor | None:
     entry = _entries.get(id(t))
     if entry is None or entry.tensor() is not t:
         return None
+    return _current_shards(entry, t, expected_writes)
+
+
+def _current_shards(entry: _Entry, t: torch.Tensor, expected_writes: int) -> sf.Tensor:
     if entry.version + expected_writes != t._version:
         entry.sharded = sf.mark_sharding(to_shardflow(t), entry.sharding.mesh, entry.sharding.spec)
         entry.version = t._version
@@ -83,11 +88,54 @@ def sharding_of(t: torch.Tensor) -> sf.Sharding | None:
     return entry.sharding if entry is not None and entry.tensor() is t else None
 
 
-def as_input(t: torch.Tensor, written: bool = False) -> tuple[sf.Tensor, sf.Sharding | None]:
-    """What a compiled graph is fed for a torch tensor, and its sharding: its
-    shards if marked. `written`: the graph writes t in place."""
-    laid_out = sharded(t, expected_writes=1 if written else 0)
-    if laid_out is not None:
-        return laid_out, _entries[id(t)].sharding
-    # A complex input is fed as its real view (the graph splits the parts).
-    return to_shardflow(torch.view_as_real(t) if t.is_complex() else t), None
+def as_inputs(args: list, written: frozenset[int],
+              refuse: Callable[[object], NoReturn]) -> tuple[list[sf.Tensor], list[sf.Sharding | None]]:
+    """What a compiled graph is fed for its arguments, and their shardings: a
+    marked tensor's shards, laid out again if it changed since (see
+    `sharded`); any other tensor viewed without a copy. `written`: the
+    positions the graph writes in place. `refuse(arg)` raises for an argument
+    that is not a tensor. One loop, run on every call: it is kept flat."""
+    inputs: list[sf.Tensor] = []
+    shardings: list[sf.Sharding | None] = []
+    for i, t in enumerate(args):
+        entry = _entries.get(id(t))
+        if entry is not None and entry.tensor() is t:
+            inputs.append(_current_shards(entry, t, i in written))
+            shardings.append(entry.sharding)
+            continue
+        if not isinstance(t, torch.Tensor):
+            refuse(t)
+        # A complex input is fed as its real view (the graph splits the parts).
+        inputs.append(to_shardflow(torch.view_as_real(t) if t.is_complex() else t))
+        shardings.append(None)
+    return inputs, shardings
+
+
+@dataclass
+class _MemoryView:
+    tensor: weakref.ref
+    data_ptr: int
+    shape: torch.Size
+    view: sf.Tensor
+
+
+_memory_views: dict[int, _MemoryView] = {}
+
+
+def memory_view(t: torch.Tensor) -> sf.Tensor | None:
+    """t's own memory as a shardflow tensor, to write into (a from_dlpack
+    view, kept while t lives and still has that memory); None when t is not a
+    contiguous CPU tensor of a dtype shardflow has."""
+    if not t.is_contiguous() or t.is_complex() or t.device.type != "cpu":
+        return None
+    key = id(t)
+    known = _memory_views.get(key)
+    if known is not None and known.tensor() is t and known.data_ptr == t.data_ptr() and known.shape == t.shape:
+        return known.view
+    try:
+        view = sf.from_dlpack(t.detach())
+    except sf.Error:
+        return None  # a dtype shardflow lacks: written with torch ops instead
+    _memory_views[key] = _MemoryView(weakref.ref(t, lambda _: _memory_views.pop(key, None)), t.data_ptr(), t.shape,
+                                     view)
+    return view
