@@ -141,6 +141,9 @@ class Lowering:
     mutations: list[_mutation.Mutation] = field(default_factory=list)  # inputs the graph writes, in output order
     num_user_outputs: int = 0  # the function's own outputs come first; the mutations' after
     ir: str = ""  # the IR text, once run
+    # (index node, dim size) -> its positions wrapped into [0, size): every
+    # layer's cache write at the same input_pos shares one.
+    wrapped_positions: dict[tuple[torch.fx.Node, int], Ref] = field(default_factory=dict)
 
     def run(self, name: str = "main") -> str:
         self.norms, self.absorbed = find_rms_norms(self.gm.graph)
@@ -624,6 +627,9 @@ def _select_scatter(lowering: Lowering, node: torch.fx.Node) -> Ref:
 
 def _wrapped_positions(lowering: Lowering, node: torch.fx.Node, index: torch.fx.Node, size: int) -> Ref:
     """An integer index tensor as i64 positions in [0, size): negative ones count from the end, as in PyTorch."""
+    known = lowering.wrapped_positions.get((index, size))
+    if known is not None:
+        return known
     count = index.meta["val"].numel()
     positions = lowering.values[index]
     if index.meta["val"].dtype != torch.int64:
@@ -634,8 +640,9 @@ def _wrapped_positions(lowering: Lowering, node: torch.fx.Node, index: torch.fx.
                                      hint="positions")
     negative = lowering.emit_op(node, "aten::lt.Scalar", [positions, 0], type_text=f"bool[{count}]", hint="negative")
     wrapped = lowering.emit_op(node, "aten::add.Scalar", [positions, size], type_text=f"i64[{count}]", hint="wrapped")
-    return lowering.emit_op(node, "aten::where.self", [negative, wrapped, positions], type_text=f"i64[{count}]",
-                            hint="positions")
+    lowering.wrapped_positions[(index, size)] = lowering.emit_op(
+        node, "aten::where.self", [negative, wrapped, positions], type_text=f"i64[{count}]", hint="positions")
+    return lowering.wrapped_positions[(index, size)]
 
 
 def _one_index_tensor(node: torch.fx.Node, indices: list, what: str) -> tuple[int, torch.fx.Node]:
