@@ -43,7 +43,8 @@ DenseTensor gather_value(const TensorImpl& impl) {
   }
   if (!impl.donated_to.empty()) throw_donated(impl);
   if (impl.value) return *impl.value;
-  if (impl.layout->shard_shape == impl.type.shape) {  // every shard is the whole value (one device, replicas)
+  const std::vector<int64_t>& tiles = impl.layout->num_tiles;
+  if (std::all_of(tiles.begin(), tiles.end(), [](int64_t t) { return t == 1; })) {  // no dim split: each is whole
     for (const DenseTensor& shard : impl.shards) {
       if (shard.defined()) return shard;
     }
