@@ -55,91 +55,127 @@ constexpr int64_t kMinElementsPerPart = 16384;
 // v of the weight row feeds chain v % kChains), so one row alone keeps
 // enough FMAs in flight to read at memory speed.
 constexpr int kChains = 4;
-// How far ahead of the FMAs a weight row is prefetched, in floats (4 KiB;
-// past the matrix's end is harmless, a prefetch never faults). The
-// prefetches are non-temporal: a weight is read once per step, and keeping
-// it out of the outer caches leaves them to the activations and the KV
-// cache. On the dev VM, whose memory alternates between two speeds, rows
-// read from memory with this prefetch at a median 46-52 GB/s, without it at
-// 40 or 59: the prefetch holds in both. 4 KiB against 2 KiB, decode steps'
-// products back to back: stories15M's shapes 91-94 GB/s against 84-89,
-// 1.1B's 76 against 70 (medians of 10), stories110M's 83-86 against 80-84.
-constexpr int64_t kPrefetchAhead = 1024;
 
-// The rows of x that share one read of a weight row: their accumulators
-// (kChains each) must fit the vector registers beside the loads, 32 with
-// AVX-512 and 16 with AVX2. Further rows read the row again from L1.
+// Rows of x longer than this many floats (8 KiB) no longer stay in L1 beside
+// the weight stream. Their loads are then shared by kLongRowTile weight rows
+// read side by side, which also gives the memory several streams at once.
+// Short rows are read one weight row at a time: the rows of a part form one
+// sequential stream. On the dev VM (AMD EPYC Zen 4), one row of x against a
+// 1 GiB weight, medians of 5 rounds against a streaming read: 8192 columns
+// 0.60 one row at a time, 0.96-0.99 four side by side (1 thread), 0.87 and
+// 1.01 (2 threads); 768 columns 0.97 one at a time, 0.58 four side by side.
+constexpr int64_t kLongRow = 2048;
+// The weight rows read side by side, and the rows of x sharing each weight
+// load: all their accumulators (kChains each) must stay in the vector
+// registers beside the loads, 32 with AVX-512 and 16 with AVX2.
 #if defined(__AVX512F__)
+constexpr int kLongRowTile = 4;
 constexpr int kRowsPerRead = 4;
 #else
+constexpr int kLongRowTile = 2;
 constexpr int kRowsPerRead = 2;
 #endif
+constexpr int kRowsPerLongRead = 1;  // kLongRowTile x 1 tiles; 4 x 2 spills on AVX-512 for 4% more
 
-// out[b] = the weight row at w dotted with row b of the `kBatch` rows of x
-// (ldx apart). Each element's chains, their pairwise sum, the lane sum and
-// the scalar tail come in the same order for any kBatch, so a row of x gets
-// the same bits alone or in a batch. The row is read front to back: the
-// rows of a part form one stream.
-template <int kBatch>
-void dot_row(const float* w, int64_t k, const float* x, int64_t ldx, float out[kBatch]) {
-  Vec::T acc[kBatch][kChains];
+// How far ahead of the FMAs a weight row is prefetched, in floats (4 KiB;
+// past the matrix's end is harmless, a prefetch never faults), when several
+// rows of x share a short weight row: their FMAs are slow enough for the
+// hardware prefetcher to fall behind. Non-temporal: a weight is read once
+// per step, and keeping it out of the outer caches leaves them to the
+// activations and the KV cache. A single row of x reads faster without it
+// (Zen 4, 768-8192 columns, 1 and 2 threads: 0.87-0.95 of a streaming read
+// against 0.77-0.89).
+constexpr int64_t kPrefetchAhead = 1024;
+
+// out[r][b] = weight row r (ldw apart, kWeightRows of them from w) dotted
+// with row b of the `kBatch` rows of x (ldx apart). Each element's chains,
+// their pairwise sum, the lane sum and the scalar tail come in the same
+// order for any tile, so a row of x gets the same bits alone or in a batch,
+// from any weight row of a tile.
+template <int kWeightRows, int kBatch>
+void dot_tile(const float* w, int64_t ldw, int64_t k, const float* x, int64_t ldx, float out[kWeightRows][kBatch]) {
+  Vec::T acc[kWeightRows][kBatch][kChains];
 #pragma GCC unroll 4
-  for (int b = 0; b < kBatch; ++b) {
+  for (int r = 0; r < kWeightRows; ++r) {
 #pragma GCC unroll 4
-    for (int c = 0; c < kChains; ++c) acc[b][c] = Vec::zero();
+    for (int b = 0; b < kBatch; ++b) {
+#pragma GCC unroll 4
+      for (int c = 0; c < kChains; ++c) acc[r][b][c] = Vec::zero();
+    }
   }
+  constexpr bool kPrefetch = kWeightRows == 1 && kBatch > 1;
   constexpr int64_t kStep = kChains * Vec::kLanes;
   constexpr int64_t kLine = 64 / sizeof(float);
   int64_t i = 0;
   for (; i + kStep <= k; i += kStep) {
+    if constexpr (kPrefetch) {
 #pragma GCC unroll 4
-    for (int64_t line = 0; line < kStep; line += kLine) __builtin_prefetch(w + i + line + kPrefetchAhead, 0, 0);
+      for (int64_t line = 0; line < kStep; line += kLine) __builtin_prefetch(w + i + line + kPrefetchAhead, 0, 0);
+    }
 #pragma GCC unroll 4
     for (int c = 0; c < kChains; ++c) {
-      const Vec::T wv = Vec::load(w + i + c * Vec::kLanes);
+      Vec::T xv[kBatch];
 #pragma GCC unroll 4
-      for (int b = 0; b < kBatch; ++b)
-        acc[b][c] = Vec::fma(wv, Vec::load(x + b * ldx + i + c * Vec::kLanes), acc[b][c]);
+      for (int b = 0; b < kBatch; ++b) xv[b] = Vec::load(x + b * ldx + i + c * Vec::kLanes);
+#pragma GCC unroll 4
+      for (int r = 0; r < kWeightRows; ++r) {
+        const Vec::T wv = Vec::load(w + r * ldw + i + c * Vec::kLanes);
+#pragma GCC unroll 4
+        for (int b = 0; b < kBatch; ++b) acc[r][b][c] = Vec::fma(wv, xv[b], acc[r][b][c]);
+      }
     }
   }
   // The whole vectors left over continue the chains in order.
 #pragma GCC unroll 4
   for (int c = 0; c < kChains - 1; ++c) {
     if (i + Vec::kLanes > k) break;
-    const Vec::T wv = Vec::load(w + i);
 #pragma GCC unroll 4
-    for (int b = 0; b < kBatch; ++b) acc[b][c] = Vec::fma(wv, Vec::load(x + b * ldx + i), acc[b][c]);
+    for (int r = 0; r < kWeightRows; ++r) {
+      const Vec::T wv = Vec::load(w + r * ldw + i);
+#pragma GCC unroll 4
+      for (int b = 0; b < kBatch; ++b) acc[r][b][c] = Vec::fma(wv, Vec::load(x + b * ldx + i), acc[r][b][c]);
+    }
     i += Vec::kLanes;
   }
   static_assert(kChains == 4, "the sum below adds four chains pairwise");
-  for (int b = 0; b < kBatch; ++b) {
-    float sum = Vec::sum(Vec::add(Vec::add(acc[b][0], acc[b][1]), Vec::add(acc[b][2], acc[b][3])));
-    for (int64_t t = i; t < k; ++t) sum += w[t] * x[b * ldx + t];
-    out[b] = sum;
+  for (int r = 0; r < kWeightRows; ++r) {
+    for (int b = 0; b < kBatch; ++b) {
+      float sum = Vec::sum(Vec::add(Vec::add(acc[r][b][0], acc[r][b][1]), Vec::add(acc[r][b][2], acc[r][b][3])));
+      for (int64_t t = i; t < k; ++t) sum += w[r * ldw + t] * x[b * ldx + t];
+      out[r][b] = sum;
+    }
   }
 }
 
-// dot_row for kBatch rows of x, kRowsPerRead at a time.
-template <int kBatch>
-void dot_rows(const float* w, int64_t k, const float* x, int64_t ldx, float out[kBatch]) {
-  constexpr int kFirst = kBatch < kRowsPerRead ? kBatch : kRowsPerRead;
-  dot_row<kFirst>(w, k, x, ldx, out);
-  if constexpr (kBatch > kFirst) dot_rows<kBatch - kFirst>(w, k, x + kFirst * ldx, ldx, out + kFirst);
+// dot_tile for kWeightRows weight rows and kBatch rows of x, kPerRead rows
+// of x at a time (each further group reads the weight rows again, from L1).
+template <int kWeightRows, int kBatch, int kPerRead>
+void dot_rows(const float* w, int64_t k, const float* x, int64_t ldx, float* y, int64_t ldy, bool accumulate) {
+  constexpr int kFirst = kBatch < kPerRead ? kBatch : kPerRead;
+  float sums[kWeightRows][kFirst];
+  dot_tile<kWeightRows, kFirst>(w, k, k, x, ldx, sums);
+  for (int r = 0; r < kWeightRows; ++r) {
+    for (int b = 0; b < kFirst; ++b) {
+      float& out = y[b * ldy + r];
+      out = accumulate ? out + sums[r][b] : sums[r][b];
+    }
+  }
+  if constexpr (kBatch > kFirst) {
+    dot_rows<kWeightRows, kBatch - kFirst, kPerRead>(w, k, x + kFirst * ldx, ldx, y + kFirst * ldy, ldy, accumulate);
+  }
 }
 
-// Rows [begin, end) of y = x B^T for kBatch rows of x, kRowsPerRead rows
-// of x per read of a weight row.
+// Rows [begin, end) of y = x B^T for kBatch rows of x.
 template <int kBatch>
 void gemv_rows(int64_t begin, int64_t end, int64_t k, const float* w, const float* x, int64_t ldx, float* y,
                int64_t ldy, bool accumulate) {
-  for (int64_t r = begin; r < end; ++r) {
-    float sums[kBatch];
-    dot_rows<kBatch>(w + r * k, k, x, ldx, sums);
-    for (int b = 0; b < kBatch; ++b) {
-      float& out = y[b * ldy + r];
-      out = accumulate ? out + sums[b] : sums[b];
+  int64_t r = begin;
+  if (k > kLongRow) {
+    for (; r + kLongRowTile <= end; r += kLongRowTile) {
+      dot_rows<kLongRowTile, kBatch, kRowsPerLongRead>(w + r * k, k, x, ldx, y + r, ldy, accumulate);
     }
   }
+  for (; r < end; ++r) dot_rows<1, kBatch, kRowsPerRead>(w + r * k, k, x, ldx, y + r, ldy, accumulate);
 }
 
 // Columns [begin, end) of y = B^T x, in blocks that stay in registers'

@@ -77,6 +77,9 @@ const std::vector<Case> kShapes = {
     {1, 0, 7, true, false},     {1, 5, 0, false, false},    {1, 6, 0, true, true},
     {3, 100, 70, true, false},  {4, 515, 288, true, true},  {5, 33, 17, true, false}, {8, 260, 96, true, true},
     {7, 9, 300, true, false},   {9, 64, 40, true, false},   {3, 40, 50, false, false},
+    // Rows of x past L1: weight rows read side by side, then the rows left over.
+    {1, 7, 2049, true, false},  {1, 9, 4101, true, true},   {2, 6, 2080, true, false}, {3, 13, 3000, true, true},
+    {8, 10, 2333, true, false}, {5, 4, 8192, true, true},
 };
 
 TEST(Gemv, MatchesADoublePrecisionReferenceOnOneThread) {
@@ -94,7 +97,8 @@ TEST(Gemv, MatchesADoublePrecisionReferenceOnThreeThreads) {
 TEST(Gemv, GivesTheSameBitsForAnyThreadCount) {
   for (const Case& c : {Case{1, 2053, 300, true, false}, Case{2, 4096, 96, true, true},
                         Case{1, 3001, 160, false, false}, Case{2, 1500, 400, false, true},
-                        Case{4, 1030, 288, true, false}, Case{7, 600, 130, true, true}}) {
+                        Case{4, 1030, 288, true, false}, Case{7, 600, 130, true, true},
+                        Case{1, 1030, 2500, true, false}, Case{6, 203, 4100, true, true}}) {
     const auto a = random_floats(c.m * c.k, 4);
     const auto b = random_floats(c.n * c.k, 5);
     const auto c_in = random_floats(c.m * c.n, 6);
@@ -124,7 +128,8 @@ TEST(Gemv, SmallProductsStayOnTheCallingThread) {
 TEST(Gemv, EachRowOfABatchGetsTheBitsItGetsAlone) {
   for (const int threads : {1, 3}) {
     const KernelThreads scope(threads);
-    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{517, 291}, {129, 311}, {300, 5}}) {  // k = 5: only the scalar tail
+    // k = 5: only the scalar tail; k = 2333: weight rows read side by side.
+    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{517, 291}, {129, 311}, {300, 5}, {23, 2333}}) {
       const auto b = random_floats(n * k, 8);
       for (int64_t m = 2; m <= 8; ++m) {
         const auto a = random_floats(m * k, 9 + static_cast<uint32_t>(m));
@@ -136,6 +141,30 @@ TEST(Gemv, EachRowOfABatchGetsTheBitsItGetsAlone) {
           const std::vector<float> alone = run({1, n, k, true, true}, row, b, row_in);
           EXPECT_TRUE(std::equal(alone.begin(), alone.end(), batch.begin() + i * n))
               << "row " << i << " of " << m << ", k " << k << ", " << threads << " threads";
+        }
+      }
+    }
+  }
+}
+
+// Long weight rows are read several side by side, and the rows left over
+// one at a time: a row gets the same bits wherever it falls.
+TEST(Gemv, EachWeightRowGetsTheSameBitsWhereverItFallsInATile) {
+  const KernelThreads one(1);
+  const int64_t n = 11, k = 4099;
+  const auto b = random_floats(n * k, 30);
+  for (int64_t m : {1, 3, 8}) {
+    const auto a = random_floats(m * k, 31);
+    const std::vector<float> c_in(static_cast<std::size_t>(m * n), 0.0f);
+    const std::vector<float> all = run({m, n, k, true, false}, a, b, c_in);
+    for (int64_t skip = 1; skip < 5; ++skip) {  // rows skip..n-1 alone: each moves to another place in a tile
+      const std::vector<float> rest_b(b.begin() + skip * k, b.end());
+      const std::vector<float> rest_in(static_cast<std::size_t>(m * (n - skip)), 0.0f);
+      const std::vector<float> rest = run({m, n - skip, k, true, false}, a, rest_b, rest_in);
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = skip; j < n; ++j) {
+          ASSERT_EQ(rest[static_cast<std::size_t>(i * (n - skip) + j - skip)], all[static_cast<std::size_t>(i * n + j)])
+              << "row " << i << " of x, weight row " << j << ", first " << skip << " weight rows left out";
         }
       }
     }
