@@ -61,9 +61,10 @@ constexpr int kChains = 4;
 // read side by side, which also gives the memory several streams at once.
 // Short rows are read one weight row at a time: the rows of a part form one
 // sequential stream. On the dev VM (AMD EPYC Zen 4), one row of x against a
-// 1 GiB weight, medians of 5 rounds against a streaming read: 8192 columns
-// 0.60 one row at a time, 0.96-0.99 four side by side (1 thread), 0.87 and
-// 1.01 (2 threads); 768 columns 0.97 one at a time, 0.58 four side by side.
+// 1 GiB weight, medians of 7 rounds against a streaming read, 1 and 2
+// threads: 8192 columns 0.60-0.62 one weight row at a time, 0.81-0.82 four
+// side by side; 768 columns (in a bench of the tile alone) 0.95-0.97 one at
+// a time, 0.58-0.81 four side by side.
 constexpr int64_t kLongRow = 2048;
 // The weight rows read side by side, and the rows of x sharing each weight
 // load: all their accumulators (kChains each) must stay in the vector
@@ -75,16 +76,17 @@ constexpr int kRowsPerRead = 4;
 constexpr int kLongRowTile = 2;
 constexpr int kRowsPerRead = 2;
 #endif
-constexpr int kRowsPerLongRead = 1;  // kLongRowTile x 1 tiles; 4 x 2 spills on AVX-512 for 4% more
+constexpr int kRowsPerLongRead = 1;  // 4 x 2 tiles, every register an accumulator, were within 6%
 
 // How far ahead of the FMAs a weight row is prefetched, in floats (4 KiB;
 // past the matrix's end is harmless, a prefetch never faults), when several
 // rows of x share a short weight row: their FMAs are slow enough for the
 // hardware prefetcher to fall behind. Non-temporal: a weight is read once
 // per step, and keeping it out of the outer caches leaves them to the
-// activations and the KV cache. A single row of x reads faster without it
-// (Zen 4, 768-8192 columns, 1 and 2 threads: 0.87-0.95 of a streaming read
-// against 0.77-0.89).
+// activations and the KV cache. A single row of x reads faster without it:
+// from memory 0.95-0.96 of a streaming read against 0.88 (768 and 2048
+// columns, 1 and 2 threads), and from the caches 1.04-1.37x as fast, as the
+// non-temporal hint evicted weights the next step reads again.
 constexpr int64_t kPrefetchAhead = 1024;
 
 // out[r][b] = weight row r (ldw apart, kWeightRows of them from w) dotted
