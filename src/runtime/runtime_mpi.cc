@@ -25,6 +25,7 @@
 #include "shardflow/runtime/spmd_runner.h"
 #include "shardflow/sharding/mesh.h"
 #include "shardflow/tensor/gemm.h"
+#include "shardflow/tensor/parallel.h"
 
 namespace shardflow {
 
@@ -103,17 +104,21 @@ MpiRuntime::MpiRuntime(const MpiOptions& options) {
     throw;
   }
 
-  // The ranks on this host share its cores; the kernels get this rank's share
-  // (never more threads than they had: OMP_NUM_THREADS=1 stays 1).
+  // The ranks on this host share its cores; the kernels get this rank's
+  // share (never more threads than they had: OMP_NUM_THREADS=1 stays 1). A
+  // rank bound to some cores (mpiexec binds each to one by default) has
+  // those; an unbound one an equal part of the host's.
   MPI_Comm host = MPI_COMM_NULL;
   int host_ranks = 1;
   if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &host) == MPI_SUCCESS) {
     MPI_Comm_size(host, &host_ranks);
     MPI_Comm_free(&host);
   }
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int host_cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int bound_cores = available_cores();
+  const int share = bound_cores < host_cores ? bound_cores : host_cores / std::max(1, host_ranks);
   previous_kernel_threads_ = kernel_threads();
-  set_kernel_threads(std::clamp(cores / std::max(1, host_ranks), 1, std::max(1, *previous_kernel_threads_)));
+  set_kernel_threads(std::clamp(share, 1, std::max(1, *previous_kernel_threads_)));
 
   previous_device_count_ = global_device_count();
   set_global_device_count(size_);

@@ -1,4 +1,4 @@
-// The MPI runtime, run under mpiexec (2 and 4 ranks, see CMakeLists.txt):
+// The MPI runtime, run under mpiexec (1, 2 and 4 ranks, see CMakeLists.txt):
 // every collective gives exactly the in-process backend's bytes (each rank
 // also runs the same calls on Runtime::local and compares its own device's
 // result), SPMD programs give the unsharded results, tensors hold only the
@@ -20,6 +20,8 @@
 
 #include "../runtime/runtime_test_util.h"
 #include "shardflow/base/error.h"
+#include "shardflow/tensor/gemm.h"
+#include "shardflow/tensor/parallel.h"
 #include "shardflow/trace/compile.h"
 #include "shardflow/trace/mark_sharding.h"
 #include "shardflow/trace/ops.h"
@@ -231,6 +233,16 @@ TEST(MpiCollectives, MismatchedCallsAreTheSameErrorOnEveryRank) {
     for (int64_t d = 0; d < world(); ++d) ids += (d > 0 ? ", " : "") + std::to_string(d);
     return ids;
   }() + "]: device 0 passes 16 input bytes but device 1 passes 12");
+}
+
+// ------------------------------------------------------------- kernel threads
+
+// mpiexec binds each rank to a core when there are no more ranks than cores:
+// the kernels must not start more threads than the rank may run on (two
+// threads on one core take turns, each step waiting on the other).
+TEST(MpiRuntime, KernelThreadsFitTheCoresTheRankMayRunOn) {
+  EXPECT_GE(sf::kernel_threads(), 1);
+  EXPECT_LE(sf::kernel_threads(), sf::available_cores()) << "rank " << rank();
 }
 
 // --------------------------------------------------------------- SPMD on MPI
