@@ -65,6 +65,19 @@ void sgemm(const GemmShape& s, const float* a, int64_t lda, const float* b, int6
   }
 }
 
+// oneDNN's AVX2 sgemm multiplies without packing when 1/m + 1/n >= 0.0038
+// (its no-copy kernels), which on aligned operands with rows a multiple of
+// 4 KiB apart ran at a third of the packing kernels' speed (AMD EPYC Zen 2,
+// one thread: 1024^3 in 256-column blocks 34 GFLOPS, in 512-column blocks
+// 95; 7B's wq at 512 tokens 0.86 of one oneDNN call, 0.98 in wider blocks).
+// The fewest lines a block needs to stay on the packing side when the other
+// side of C has `other` lines, or 0 when no block width does.
+int64_t packing_lines(int64_t other) {
+  // 1/other + 1/lines < 38/10000, in integers.
+  if (38 * other <= 10000) return 0;
+  return 10000 * other / (38 * other - 10000) + 1;
+}
+
 // Fixed blocks of `length` lines (C's columns or rows), each at least
 // `min_lines` long: a power-of-two number of them, so that 2, 4 or 8
 // threads get equal shares, of a multiple of 16 lines. The last block may be
@@ -111,7 +124,10 @@ void gemm_f32(const GemmShape& s, const float* a, const float* b, float* c, bool
   // per 256 multiply-adds; from 4 Mi floats on (16 MiB, past a core's share
   // of the L3) it streams from memory, and blocks of 512 lines halve that.
   const int64_t repack_lines = per_line >= (int64_t{1} << 22) ? 512 : per_line >= (int64_t{1} << 18) ? 256 : 128;
-  const int64_t min_lines = std::max({kMinMultiplyAddsPerBlock / per_line, repack_lines, int64_t{1}});
+  int64_t min_lines = std::max({kMinMultiplyAddsPerBlock / per_line, repack_lines, int64_t{1}});
+  // Wider blocks where that keeps oneDNN packing and leaves two blocks.
+  const int64_t packing = packing_lines(by_columns ? s.m : s.n);
+  if (packing <= length / 2) min_lines = std::max(min_lines, packing);
   const int64_t block = block_lines(length, min_lines);
   const int64_t blocks = (length + block - 1) / block;
   parallel_for(blocks, 1, 1, [&](int64_t first, int64_t last) {
