@@ -45,6 +45,32 @@ void stream(const float* p, std::size_t n) {
   benchmark::DoNotOptimize(lanes[0]);
 }
 
+// The same sum over kStreams equal parts of the n floats read side by side,
+// two vectors from each per step: some cores fetch more from memory with
+// several sequential streams in flight than with one (AMD Zen 2: the decode
+// kernel, which reads two weight rows at once, read 1.2x a single stream).
+template <int kBytes, int kStreams>
+void streams(const float* p, std::size_t n) {
+  using V [[gnu::vector_size(kBytes)]] = float;
+  constexpr std::size_t kLanes = kBytes / sizeof(float);
+  static_assert(2 * kStreams <= 8, "two accumulators per stream, at most eight");
+  const std::size_t part = n / kStreams / (2 * kLanes) * (2 * kLanes);
+  V acc[2 * kStreams] = {};
+  for (std::size_t i = 0; i < part; i += 2 * kLanes) {
+    for (std::size_t s = 0; s < kStreams; ++s) {
+      for (std::size_t k = 0; k < 2; ++k) {
+        V v;
+        std::memcpy(&v, p + s * part + i + k * kLanes, kBytes);
+        acc[2 * s + k] += v;
+      }
+    }
+  }
+  for (std::size_t k = 1; k < 2 * kStreams; ++k) acc[0] += acc[k];
+  float lanes[kLanes];
+  std::memcpy(lanes, &acc[0], kBytes);
+  benchmark::DoNotOptimize(lanes[0]);
+}
+
 // The last-level cache as the C library reports it; 0 when unknown. A VM
 // may report the whole host's (the 2-core dev VM says 508 MiB).
 inline int64_t llc_bytes() {
@@ -78,8 +104,8 @@ class BandwidthProbe {
       // Two passes of each: a single pass on this VM sometimes reads at
       // half speed, which would lower the bound.
       for (int pass = 0; pass < 2; ++pass) {
-        for (auto* stream :
-             {&stream<16, false>, &stream<32, false>, &stream<32, true>, &stream<64, false>, &stream<64, true>}) {
+        for (auto* stream : {&stream<16, false>, &stream<32, false>, &stream<32, true>, &stream<64, false>,
+                             &stream<64, true>, &streams<32, 2>, &streams<32, 4>, &streams<64, 2>, &streams<64, 4>}) {
           const auto start = std::chrono::steady_clock::now();
           std::vector<std::thread> helpers;
           for (int t = 1; t < threads; ++t) {
