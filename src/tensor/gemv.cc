@@ -57,14 +57,13 @@ constexpr int64_t kMinElementsPerPart = 16384;
 constexpr int kChains = 4;
 
 // Rows of x longer than this many floats (8 KiB) no longer stay in L1 beside
-// the weight stream. Their loads are then shared by kLongRowTile weight rows
-// read side by side, which also gives the memory several streams at once.
-// Short rows are read one weight row at a time: the rows of a part form one
-// sequential stream. On the dev VM (AMD EPYC Zen 4), one row of x against a
-// 1 GiB weight, medians of 7 rounds against a streaming read, 1 and 2
-// threads: 8192 columns 0.60-0.62 one weight row at a time, 0.81-0.82 four
-// side by side; 768 columns (in a bench of the tile alone) 0.95-0.97 one at
-// a time, 0.58-0.81 four side by side.
+// the weight stream. Their loads are then shared by kLongRowTile adjacent
+// weight rows read side by side, which also gives the memory several
+// streams at once. On the dev VM (AMD EPYC Zen 4), one row of x against a
+// 1 GiB weight of 8192 columns, medians of 7 rounds against a streaming
+// read, 1 and 2 threads: 0.60-0.62 one weight row at a time, 0.81-0.82 four
+// side by side. Four adjacent short rows (768 columns) read slower than one
+// at a time there (0.58-0.81 against 0.95-0.97).
 constexpr int64_t kLongRow = 2048;
 // The weight rows read side by side, and the rows of x sharing each weight
 // load: all their accumulators (kChains each) must stay in the vector
@@ -77,6 +76,14 @@ constexpr int kLongRowTile = 2;
 constexpr int kRowsPerRead = 2;
 #endif
 constexpr int kRowsPerLongRead = 1;  // 4 x 2 tiles, every register an accumulator, were within 6%
+// Short rows against one row of x are read from kStreams far-apart runs of
+// a part at once, a row of each side by side: some cores fetch more with
+// several sequential streams in flight. AMD EPYC Zen 2, 32000 x 768 from
+// memory, 1 and 2 threads: one stream 16-17 and 24-32 GB/s, two 19-21 and
+// 25-38, four 20-22 and 30-43; stories110M decode 66 -> 79-84 tokens/s.
+// With several rows of x, short rows are read one at a time, each part one
+// sequential stream.
+constexpr int kStreams = 4;
 
 // How far ahead of the FMAs a weight row is prefetched, in floats (4 KiB;
 // past the matrix's end is harmless, a prefetch never faults), when several
@@ -151,19 +158,22 @@ void dot_tile(const float* w, int64_t ldw, int64_t k, const float* x, int64_t ld
 
 // dot_tile for kWeightRows weight rows and kBatch rows of x, kPerRead rows
 // of x at a time (each further group reads the weight rows again, from L1).
+// The weight rows are `spacing` rows apart (1: adjacent).
 template <int kWeightRows, int kBatch, int kPerRead>
-void dot_rows(const float* w, int64_t k, const float* x, int64_t ldx, float* y, int64_t ldy, bool accumulate) {
+void dot_rows(const float* w, int64_t spacing, int64_t k, const float* x, int64_t ldx, float* y, int64_t ldy,
+              bool accumulate) {
   constexpr int kFirst = kBatch < kPerRead ? kBatch : kPerRead;
   float sums[kWeightRows][kFirst];
-  dot_tile<kWeightRows, kFirst>(w, k, k, x, ldx, sums);
+  dot_tile<kWeightRows, kFirst>(w, spacing * k, k, x, ldx, sums);
   for (int r = 0; r < kWeightRows; ++r) {
     for (int b = 0; b < kFirst; ++b) {
-      float& out = y[b * ldy + r];
+      float& out = y[b * ldy + r * spacing];
       out = accumulate ? out + sums[r][b] : sums[r][b];
     }
   }
   if constexpr (kBatch > kFirst) {
-    dot_rows<kWeightRows, kBatch - kFirst, kPerRead>(w, k, x + kFirst * ldx, ldx, y + kFirst * ldy, ldy, accumulate);
+    dot_rows<kWeightRows, kBatch - kFirst, kPerRead>(w, spacing, k, x + kFirst * ldx, ldx, y + kFirst * ldy, ldy,
+                                                     accumulate);
   }
 }
 
@@ -174,10 +184,17 @@ void gemv_rows(int64_t begin, int64_t end, int64_t k, const float* w, const floa
   int64_t r = begin;
   if (k > kLongRow) {
     for (; r + kLongRowTile <= end; r += kLongRowTile) {
-      dot_rows<kLongRowTile, kBatch, kRowsPerLongRead>(w + r * k, k, x, ldx, y + r, ldy, accumulate);
+      dot_rows<kLongRowTile, kBatch, kRowsPerLongRead>(w + r * k, 1, k, x, ldx, y + r, ldy, accumulate);
     }
+  } else if (kBatch == 1) {
+    // The range in kStreams equal runs, read side by side.
+    const int64_t run = (end - r) / kStreams;
+    for (int64_t i = 0; i < run; ++i) {
+      dot_rows<kStreams, 1, 1>(w + (r + i) * k, run, k, x, ldx, y + r + i, ldy, accumulate);
+    }
+    r += run * kStreams;
   }
-  for (; r < end; ++r) dot_rows<1, kBatch, kRowsPerRead>(w + r * k, k, x, ldx, y + r, ldy, accumulate);
+  for (; r < end; ++r) dot_rows<1, kBatch, kRowsPerRead>(w + r * k, 1, k, x, ldx, y + r, ldy, accumulate);
 }
 
 // Columns [begin, end) of y = B^T x, in blocks that stay in registers'

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <random>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "op_test_util.h"
@@ -147,13 +148,14 @@ TEST(Gemv, EachRowOfABatchGetsTheBitsItGetsAlone) {
   }
 }
 
-// Long weight rows are read several side by side, and the rows left over
-// one at a time: a row gets the same bits wherever it falls.
+// Long weight rows are read several side by side, short ones against one
+// row of x from several far-apart runs at once, and the rows left over one
+// at a time: a row gets the same bits wherever it falls.
 TEST(Gemv, EachWeightRowGetsTheSameBitsWhereverItFallsInATile) {
   const KernelThreads one(1);
-  const int64_t n = 11, k = 4099;
-  const auto b = random_floats(n * k, 30);
-  for (int64_t m : {1, 3, 8}) {
+  for (const auto& [n, k, m] : {std::tuple<int64_t, int64_t, int64_t>{11, 4099, 1}, {11, 4099, 3}, {11, 4099, 8},
+                                {23, 300, 1}, {23, 300, 2}}) {
+    const auto b = random_floats(n * k, 30);
     const auto a = random_floats(m * k, 31);
     const std::vector<float> c_in(static_cast<std::size_t>(m * n), 0.0f);
     const std::vector<float> all = run({m, n, k, true, false}, a, b, c_in);
@@ -164,7 +166,8 @@ TEST(Gemv, EachWeightRowGetsTheSameBitsWhereverItFallsInATile) {
       for (int64_t i = 0; i < m; ++i) {
         for (int64_t j = skip; j < n; ++j) {
           ASSERT_EQ(rest[static_cast<std::size_t>(i * (n - skip) + j - skip)], all[static_cast<std::size_t>(i * n + j)])
-              << "row " << i << " of x, weight row " << j << ", first " << skip << " weight rows left out";
+              << "row " << i << " of x, weight row " << j << " (k " << k << "), first " << skip
+              << " weight rows left out";
         }
       }
     }
