@@ -31,6 +31,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "example
 
 import llama2_torch as showcase  # noqa: E402
 
+import shardflow  # noqa: E402
 import shardflow.torch  # noqa: E402,F401  (registers the backend)
 import shardflow.torch.runtime as xr  # noqa: E402
 import shardflow.torch.spmd as xs  # noqa: E402
@@ -110,8 +111,9 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=16)
     parser.add_argument("--seq-len", type=int)
     args = parser.parse_args()
-    print(f"CPU: {cpu_model()}; torch {torch.__version__}; {args.rounds} alternating rounds of {args.steps} steps, "
-          "medians (decode min-max)")
+    print(f"CPU: {cpu_model()}; torch {torch.__version__}; shardflow kernel threads on one device: "
+          f"{shardflow.get_num_threads()} (OMP_NUM_THREADS, else OPENBLAS_NUM_THREADS, else the cores); "
+          f"{args.rounds} alternating rounds of {args.steps} steps, medians (decode min-max)")
     for config in args.config:
         for mesh_text in args.mesh:
             mesh_shape = tuple(int(v) for v in mesh_text.split(","))

@@ -331,6 +331,22 @@ void bind_graph(nb::module_& m) {
         return std::make_tuple(check.kernel_isa, check.cpu_isa, check.note);
       },
       "(the widest ISA of oneDNN's kernels, the CPU's widest, what is wrong and what to do or '').");
+  m.def("get_num_threads", &kernel_threads,
+        "The threads one device's kernels (GEMM, decode products, attention) split over: OMP_NUM_THREADS, else "
+        "OPENBLAS_NUM_THREADS, else the cores this process may run on; 1 while a runtime of several devices exists "
+        "(its device threads are the parallelism). Like torch.get_num_threads.");
+  m.def(
+      "set_num_threads",
+      [](int threads) {
+        if (threads < 1) {
+          throw nb::value_error(fmt::format("set_num_threads: expected a positive number of threads, got {}", threads)
+                                    .c_str());
+        }
+        set_kernel_threads(threads);
+      },
+      "threads"_a,
+      "Sets the threads one device's kernels split over (results are the same bits for any count). Like "
+      "torch.set_num_threads.");
   m.def(
       "_runner_id", [] { return reinterpret_cast<std::uintptr_t>(graph_runner()); },
       "Identifies what runs graphs now (the one-device interpreter or a runtime's devices).");

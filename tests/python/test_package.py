@@ -58,3 +58,41 @@ def test_narrow_matrix_kernels_are_named_once_at_import():
     result = subprocess.run([sys.executable, "-W", "always", "-c", "import shardflow"], capture_output=True, text=True,
                             env=env, timeout=120)
     assert result.returncode == 0 and "RuntimeWarning" not in result.stderr, result.stderr
+
+
+def test_kernel_threads_start_from_the_environment_and_follow_set_num_threads():
+    """Like torch.get_num_threads/set_num_threads: OMP_NUM_THREADS first, then
+    OPENBLAS_NUM_THREADS; a product gives the same bits for any count."""
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    def threads_at_start(**variables: str) -> int:
+        env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+        env.update(variables, PYTHONPATH=os.pathsep.join(sys.path))
+        result = subprocess.run([sys.executable, "-c", "import shardflow; print(shardflow.get_num_threads())"],
+                                capture_output=True, text=True, env=env, timeout=120)
+        assert result.returncode == 0, result.stderr
+        return int(result.stdout)
+
+    assert threads_at_start(OMP_NUM_THREADS="3", OPENBLAS_NUM_THREADS="1") == 3
+    assert threads_at_start(OPENBLAS_NUM_THREADS="5") == 5
+
+    before = sf.get_num_threads()
+    rng = np.random.default_rng(0)
+    a = sf.tensor(rng.standard_normal((300, 700), dtype=np.float32))
+    b = sf.tensor(rng.standard_normal((700, 1100), dtype=np.float32))
+    try:
+        sf.set_num_threads(1)
+        assert sf.get_num_threads() == 1
+        one = np.asarray(sf.matmul(a, b).numpy())
+        sf.set_num_threads(2)
+        assert sf.get_num_threads() == 2
+        assert np.array_equal(np.asarray(sf.matmul(a, b).numpy()), one)
+        import pytest
+
+        with pytest.raises(ValueError, match="set_num_threads: expected a positive number of threads, got 0"):
+            sf.set_num_threads(0)
+    finally:
+        sf.set_num_threads(before)
