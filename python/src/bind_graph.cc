@@ -339,8 +339,8 @@ void bind_graph(nb::module_& m) {
       "set_num_threads",
       [](int threads) {
         if (threads < 1) {
-          throw nb::value_error(fmt::format("set_num_threads: expected a positive number of threads, got {}", threads)
-                                    .c_str());
+          throw nb::value_error(
+              fmt::format("set_num_threads: expected a positive number of threads, got {}", threads).c_str());
         }
         set_kernel_threads(threads);
       },

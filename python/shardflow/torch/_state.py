@@ -100,7 +100,7 @@ def as_inputs(args: list, written: frozenset[int],
     for i, t in enumerate(args):
         entry = _entries.get(id(t))
         if entry is not None and entry.tensor() is t:
-            inputs.append(_current_shards(entry, t, i in written))
+            inputs.append(_current_shards(entry, t, 1 if i in written else 0))
             shardings.append(entry.sharding)
             continue
         if not isinstance(t, torch.Tensor):
