@@ -370,6 +370,46 @@ def test_the_backend_runs_without_use_spmd_on_one_device():
     torch._dynamo.reset()
 
 
+def test_several_devices_take_torchs_threads_down_to_one_until_shutdown(monkeypatch):
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    xr.shutdown()
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        with pytest.warns(RuntimeWarning, match="torch's own ops now run on 1 thread \\(was 2\\).*OMP_WAIT_POLICY"):
+            xr.use_spmd(devices=2)
+        assert torch.get_num_threads() == 1
+        xr.shutdown()
+        assert torch.get_num_threads() == 2  # given back
+
+        with pytest.warns(RuntimeWarning):
+            xr.use_spmd(devices=2)
+        torch.set_num_threads(3)  # the user's own choice after use_spmd is kept
+        xr.shutdown()
+        assert torch.get_num_threads() == 3
+    finally:
+        xr.shutdown()
+        torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("devices, policy", [(1, None), (2, "PASSIVE")])
+def test_torchs_threads_stay_for_one_device_or_passive_openmp_workers(monkeypatch, recwarn, devices, policy):
+    if policy is None:
+        monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    else:
+        monkeypatch.setenv("OMP_WAIT_POLICY", policy)
+    xr.shutdown()
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        xr.use_spmd(devices=devices)
+        assert torch.get_num_threads() == 2
+        assert not [w for w in recwarn if "torch's own ops" in str(w.message)]
+    finally:
+        xr.shutdown()
+        torch.set_num_threads(before)
+
+
 class TorchOpsRmsNorm(nn.Module):
     """RMSNorm written in torch ops, Meta's order (x * rsqrt(...) * w) or Hugging Face's (w * (x * rsqrt(...)))."""
 
