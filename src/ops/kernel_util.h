@@ -109,17 +109,39 @@ void for_each_broadcast_row(std::span<const int64_t> out_shape, std::span<const 
     for (std::size_t d = pad; d < rank; ++d) {
       strides[i * rank + d] = shape[d - pad] == 1 ? 0 : own[d - pad];
     }
-    inner[i] = strides[i * rank + rank - 1];
   }
-  const int64_t n = out_shape[rank - 1];
-  Dims index(rank, 0);
+  // Merge output dims that every operand steps through as one (contiguous in
+  // it, or broadcast over both), dropping dims of size 1, so rows are as long
+  // as the layouts allow: [12,32,2] times [1,32,2] is 12 rows of 64, not 384
+  // rows of 2. Merged dim k keeps its size in sizes[k] and its strides in
+  // place of dim k's.
+  Dims sizes(rank, 1);
+  std::size_t merged = 0;
+  for (std::size_t d = 0; d < rank; ++d) {
+    if (out_shape[d] == 1) continue;
+    bool joins = merged > 0;
+    for (std::size_t i = 0; joins && i < count; ++i) {
+      joins = strides[i * rank + merged - 1] == strides[i * rank + d] * out_shape[d];
+    }
+    const std::size_t k = joins ? merged - 1 : merged++;
+    sizes[k] = joins ? sizes[k] * out_shape[d] : out_shape[d];
+    for (std::size_t i = 0; i < count; ++i) strides[i * rank + k] = strides[i * rank + d];
+  }
+  if (merged == 0) {  // a single element
+    for (std::size_t i = 0; i < count; ++i) inner[i] = 0;
+    row(1, offsets.data(), inner.data());
+    return;
+  }
+  for (std::size_t i = 0; i < count; ++i) inner[i] = strides[i * rank + merged - 1];
+  const int64_t n = sizes[merged - 1];
+  Dims index(merged, 0);
   for (int64_t done = 0; done < total; done += n) {
     row(n, offsets.data(), inner.data());
-    for (std::size_t d = rank - 1; d-- > 0;) {
+    for (std::size_t d = merged - 1; d-- > 0;) {
       ++index[d];
       for (std::size_t i = 0; i < count; ++i) offsets[i] += strides[i * rank + d];
-      if (index[d] < out_shape[d]) break;
-      for (std::size_t i = 0; i < count; ++i) offsets[i] -= strides[i * rank + d] * out_shape[d];
+      if (index[d] < sizes[d]) break;
+      for (std::size_t i = 0; i < count; ++i) offsets[i] -= strides[i * rank + d] * sizes[d];
       index[d] = 0;
     }
   }

@@ -16,7 +16,27 @@ namespace {
 const std::vector<std::pair<sf::Shape, sf::Shape>> kBroadcastShapes = {
     {{}, {}}, {{5}, {5}}, {{2, 3}, {2, 3}}, {{2, 3}, {3}}, {{2, 1}, {1, 4}}, {{4, 1, 3}, {1, 5, 1}},
     {{}, {2, 2}}, {{3, 1}, {}}, {{0, 3}, {3}}, {{2, 0}, {1, 1}}, {{1, 7}, {6, 1}},
-    {{2, 3, 4, 5}, {3, 1, 5}}};
+    {{2, 3, 4, 5}, {3, 1, 5}},
+    // Rows merge across dims both operands step through alike (rotary pairs).
+    {{1, 1, 12, 32, 2}, {1, 1, 1, 32, 2}}, {{3, 1, 4, 2}, {3, 5, 1, 1}}, {{6, 1, 2, 2}, {6, 4, 2, 2}},
+    {{1, 1}, {1}}, {{2, 1, 3}, {1, 1, 3}}};
+
+// Random broadcasting pairs: rank up to 5, each operand dim the output's or 1,
+// leading dims sometimes dropped.
+std::vector<std::pair<sf::Shape, sf::Shape>> random_broadcast_shapes(int count, std::mt19937& rng) {
+  std::vector<std::pair<sf::Shape, sf::Shape>> pairs;
+  for (int k = 0; k < count; ++k) {
+    sf::Shape out(static_cast<std::size_t>(rng() % 6));
+    for (int64_t& d : out) d = 1 + static_cast<int64_t>(rng() % 3);
+    const auto operand = [&] {
+      sf::Shape shape(out.begin() + static_cast<std::ptrdiff_t>(rng() % (out.size() + 1) / 2), out.end());
+      for (int64_t& d : shape) d = rng() % 3 == 0 ? 1 : d;
+      return shape;
+    };
+    pairs.emplace_back(operand(), operand());
+  }
+  return pairs;
+}
 
 // The flat index of operand element for output element `flat`, with NumPy
 // broadcasting (the reference, written independently of the kernels).
@@ -124,9 +144,11 @@ const BinaryRow kBinary[] = {
 
 TEST(ElementwiseOps, BinaryBroadcastMatchesReference) {
   std::mt19937 rng(4);
+  std::vector<std::pair<sf::Shape, sf::Shape>> shapes = kBroadcastShapes;
+  for (const auto& pair : random_broadcast_shapes(40, rng)) shapes.push_back(pair);
   for (const BinaryRow& row : kBinary) {
     const bool is_pow = std::string(row.op) == "aten::pow";
-    for (const auto& [sa, sb] : kBroadcastShapes) {
+    for (const auto& [sa, sb] : shapes) {
       // Small integers make equal values (for the comparisons) common.
       const sf::DenseTensor a = is_pow ? uniform(sa, 0.1, 3, rng)
                                        : call("aten::to.dtype", {random_tensor(sf::DType::kI64, sa, rng, -3, 3), sf::DType::kF32});
@@ -199,6 +221,30 @@ TEST(ElementwiseOps, WhereBroadcastsAndNeedsBool) {
   EXPECT_EQ(out.shape(), (sf::Shape{2, 3}));
   EXPECT_EQ(to_doubles(out), (std::vector<double>{1, 2, 3, -1, -1, -1}));
   EXPECT_THROW(call("aten::where", {a, a, a}), sf::Error);
+}
+
+TEST(ElementwiseOps, WhereOverThreeBroadcastOperandsMatchesReference) {
+  std::mt19937 rng(9);
+  const auto pairs = random_broadcast_shapes(60, rng);
+  for (std::size_t k = 0; k + 1 < pairs.size(); k += 2) {
+    const sf::Shape sc = pairs[k].first, sa = pairs[k].second, sb = pairs[k + 1].first;
+    const sf::DenseTensor c = random_tensor(sf::DType::kBool, sc, rng, 0, 1);
+    const sf::DenseTensor a = uniform(sa, -1, 1, rng), b = uniform(sb, -1, 1, rng);
+    sf::Shape shape;
+    try {
+      shape = sf::broadcast_shapes(sf::broadcast_shapes(sc, sa), sb);
+    } catch (const sf::Error&) {
+      continue;  // the pairs come from different outputs
+    }
+    const sf::DenseTensor out = call("aten::where", {c, a, b});
+    ASSERT_EQ(out.shape(), shape);
+    for (int64_t i = 0; i < sf::numel(shape); ++i) {
+      const bool take_a = element(c, broadcast_source(shape, sc, i)) != 0;
+      EXPECT_EQ(element(out, i), take_a ? element(a, broadcast_source(shape, sa, i))
+                                        : element(b, broadcast_source(shape, sb, i)))
+          << sf::shape_to_string(sc) << " " << sf::shape_to_string(sa) << " " << sf::shape_to_string(sb);
+    }
+  }
 }
 
 TEST(ElementwiseOps, CastsBetweenAllDtypes) {

@@ -315,6 +315,70 @@ def test_metas_complex_rotary_is_lowered_to_real_ops(spmd, table):
         torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5)
 
 
+# Complex moves and arithmetic, each f(c, table, real) -> a value of c's
+# shape (negative dims count from the complex value's end, which the
+# lowering's pairs dim must not shift).
+_COMPLEX_STEPS = [
+    lambda c, t, r: c.transpose(-1, 1).transpose(1, 3),
+    lambda c, t, r: c.permute(2, 0, -1, 1).permute(1, -1, 0, 2),
+    lambda c, t, r: c.unsqueeze(-1).squeeze(-1),
+    lambda c, t, r: c.unsqueeze(-2)[..., 0, :],
+    lambda c, t, r: c.narrow(-1, 1, 1).expand(2, 4, 3, 4) - c[:, 1:3].expand(2, 2, 2, 3, 4).reshape(2, 4, 3, 4),
+    lambda c, t, r: c.select(-2, 1).unsqueeze(-2).expand(2, 4, 3, 4),
+    lambda c, t, r: c * t,
+    lambda c, t, r: t * c,
+    lambda c, t, r: c * c.transpose(0, 0),
+    lambda c, t, r: c * r,
+    lambda c, t, r: r * c - c * 2.5,
+    lambda c, t, r: c + t,
+    lambda c, t, r: c.reshape(2, 4, -1).view(2, 4, 3, 4),
+    lambda c, t, r: c.index_select(-1, torch.tensor([3, 0, 0, 1])),
+]
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_random_complex_op_chains_match_eager(spmd, seed):
+    spmd(2)
+    rng = np.random.default_rng(seed)
+    steps = [_COMPLEX_STEPS[i] for i in rng.choice(len(_COMPLEX_STEPS), size=4)]
+    table_in_forward = bool(seed % 2)
+
+    def f(x, table, real):
+        if table_in_forward:
+            table = torch.polar(real + 1.0, real * 3.0)
+        xs.mark_sharding(x, xs.Mesh([0, 1], (2,)), (0, None, None, None))
+        c = torch.view_as_complex(x.reshape(2, 4, 3, 4, 2))
+        for step in steps:
+            c = step(c, table, real)
+        return torch.view_as_real(c).flatten(-2)
+
+    x = torch.randn(2, 4, 3, 8)
+    real = torch.randn(4)
+    table = torch.polar(torch.rand(3, 4) + 0.5, torch.randn(3, 4))
+    with torch.no_grad():
+        expected = f(x, table, real)
+        got = compiled(f)(x, table, real)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_complex_product_is_four_ops_over_the_data(spmd):
+    """view_as_complex/view_as_real cost nothing and a rotary table's factors
+    are built once for q and k: 2 x (index_select, 2 mul, add) + 5 table ops + 1 swap index."""
+    spmd(1)
+    freqs = precompute_freqs_cis(8, 32)
+    xq, xk = torch.randn(2, 4, 3, 8), torch.randn(2, 4, 3, 8)
+    with torch.no_grad():
+        torch._dynamo.reset()
+        compiled(apply_rotary_emb)(xq, xk, freqs[:4])
+    ir = sft.compiled_graphs[-1].last.ir
+    ops = [line.split(" = ")[1].split("(")[0] for line in ir.splitlines() if " = " in line]
+    arithmetic = [op for op in ops if op not in ("aten::view", "aten::reshape", "aten::expand")]
+    assert sorted(arithmetic) == sorted(["aten::index_select", "aten::mul.Tensor", "aten::mul.Tensor",
+                                         "aten::add.Tensor"] * 2 + ["aten::slice.Tensor", "aten::slice.Tensor",
+                                                                    "aten::neg", "aten::cat", "aten::cat",
+                                                                    "aten::arange.start_step"])
+
+
 def test_a_marked_tensor_keeps_its_sharding_when_written_in_place(spmd):
     spmd(4)
     mesh = xs.Mesh(range(4), (2, 2), ("x", "y"))

@@ -144,6 +144,9 @@ class Lowering:
     # (index node, dim size) -> its positions wrapped into [0, size): every
     # layer's cache write at the same input_pos shares one.
     wrapped_positions: dict[tuple[torch.fx.Node, int], Ref] = field(default_factory=dict)
+    # Complex values lowered once and shared (see _complex): moves of one
+    # value, each product factor's tables, the pair swap index.
+    complex_tables: dict[Any, Any] = field(default_factory=dict)
 
     def run(self, name: str = "main") -> str:
         self.norms, self.absorbed = find_rms_norms(self.gm.graph)
@@ -154,8 +157,8 @@ class Lowering:
             value = node.meta.get("val")
             if isinstance(value, torch.Tensor) and value.is_complex():
                 # Fed as view_as_real(input): f32 with a trailing 2.
-                params.append(f"{ref.name}: {_complex.part_type(value)[:-1]}{',' if value.dim() else ''}2]")
-                self.values[node] = _complex.split_input(self, ref, node)
+                type_text, self.values[node] = _complex.input_value(ref, node)
+                params.append(f"{ref.name}: {type_text}")
                 continue
             params.append(f"{ref.name}: {ir_type(value, node)}")
             self.values[node] = ref
