@@ -50,13 +50,12 @@ def _leave_the_cores_to_the_devices(runtime: sf.Runtime) -> None:
     """torch's threads down to one while several devices share this host's
     cores (see the module's text), unless its OpenMP workers wait passively."""
     global _torch_threads
-    before = torch.get_num_threads()
-    if (_devices_on_this_host(runtime) < 2 or before == 1
-            or os.environ.get("OMP_WAIT_POLICY", "").strip().lower() == "passive"):
+    before, here = torch.get_num_threads(), _devices_on_this_host(runtime)
+    if here < 2 or before == 1 or os.environ.get("OMP_WAIT_POLICY", "").strip().lower() == "passive":
         return
     torch.set_num_threads(1)
     _torch_threads = (before, 1)
-    warnings.warn(f"shardflow runs {runtime.num_devices} devices here: torch's own ops now run on 1 thread "
+    warnings.warn(f"shardflow runs {here} devices here: torch's own ops now run on 1 thread "
                   f"(was {before}) until shutdown(), since torch's OpenMP workers spin for milliseconds after "
                   "each op on the cores the devices need. Start Python with OMP_WAIT_POLICY=passive to keep "
                   "torch's threads.", RuntimeWarning, stacklevel=3)
