@@ -174,6 +174,18 @@ void weighted_rows(const float* p, const int64_t* keys, int64_t count, const flo
   for (int v = 0; v < kVectors; ++v) store8(out + offset + v * kLanes, acc[v]);
 }
 
+// Whether a mask hides all eight keys from `row` on (false, or -inf).
+bool eight_hidden(const bool* row) {
+  uint64_t eight = 0;
+  std::memcpy(&eight, row, sizeof eight);
+  return eight == 0;
+}
+bool eight_hidden(const float* row) {
+  bool hidden = true;
+  for (int i = 0; i < 8; ++i) hidden &= row[i] == -std::numeric_limits<float>::infinity();
+  return hidden;
+}
+
 // out = sum_i p[i] * value row keys[i], 64 columns at a time, then the
 // whole vectors left, then the last columns one by one.
 void weighted_sum(const float* p, const int64_t* keys, int64_t count, const float* values, int64_t value_depth,
@@ -260,19 +272,16 @@ DenseTensor attention_kernel(const OpArgs& args, std::span<const DenseTensor> in
       // The visible keys (and their float-mask biases) first.
       int64_t count = 0;
       const int64_t key_end = causal ? std::min(s.keys, l + 1) : s.keys;
-      // A bool mask along contiguous keys is skipped eight hidden keys at a
-      // time: a decode step's mask hides the whole unwritten cache.
-      const bool* bool_row = mask != nullptr && mask->dtype() == DType::kBool && key_stride == 1
-                                 ? mask->data_as<bool>() + mask_row
-                                 : nullptr;
+      // A mask along contiguous keys is skipped eight hidden keys at a time:
+      // a decode step's mask hides the whole unwritten cache.
+      const bool contiguous = mask != nullptr && key_stride == 1;
+      const bool* bool_row = contiguous && mask->dtype() == DType::kBool ? mask->data_as<bool>() + mask_row : nullptr;
+      const float* float_row = contiguous && mask->dtype() == DType::kF32 ? mask->data_as<float>() + mask_row : nullptr;
       for (int64_t key = 0; key < key_end; ++key) {
-        if (bool_row != nullptr && key + 8 <= key_end) {
-          uint64_t eight = 0;
-          std::memcpy(&eight, bool_row + key, sizeof eight);
-          if (eight == 0) {
-            key += 7;
-            continue;
-          }
+        if (key + 8 <= key_end && ((bool_row != nullptr && eight_hidden(bool_row + key)) ||
+                                   (float_row != nullptr && eight_hidden(float_row + key)))) {
+          key += 7;
+          continue;
         }
         if (mask != nullptr) {
           const int64_t at = mask_row + key * key_stride;

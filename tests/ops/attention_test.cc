@@ -139,20 +139,30 @@ TEST(AttentionOps, MatchesSoftmaxOfScoresTimesValues) {
 }
 
 // Runs of hidden keys, as a decode step's mask has over the unwritten cache,
-// at every offset against the kernel's eight-key skipping.
+// at every offset against the kernel's eight-key skipping; bool masks and
+// float ones (-inf hides, other values shift the scores).
 TEST(AttentionOps, LongRunsOfHiddenKeysMatchTheReference) {
-  std::mt19937 rng(11);
-  const Case c{{2}, 3, 70, 8, 5, {3, 70}, true, false, std::nullopt};
-  std::vector<int64_t> visible(3 * 70, 0);
-  for (int64_t s = 0; s < 13; ++s) visible[static_cast<std::size_t>(s)] = 1;  // a prefix, then nothing
-  for (int64_t s : {21, 29, 30, 31, 69}) visible[static_cast<std::size_t>(70 + s)] = 1;
-  visible[2 * 70 + 8] = 1;  // one key right after a run of eight
-  const sf::DenseTensor mask = from_ints(visible, {3, 70}, sf::DType::kBool);
-  const auto q = random_tensor(sf::DType::kF32, {2, 3, 8}, rng);
-  const auto k = random_tensor(sf::DType::kF32, {2, 70, 8}, rng);
-  const auto v = random_tensor(sf::DType::kF32, {2, 70, 5}, rng);
-  const sf::DenseTensor out = call("aten::scaled_dot_product_attention", arguments(c, q, k, v, &mask));
-  EXPECT_TRUE(all_close(to_doubles(out), reference(c, q, k, v, &mask), 1e-4, 1e-5));
+  for (const bool bool_mask : {true, false}) {
+    std::mt19937 rng(11);
+    const Case c{{2}, 3, 70, 8, 5, {3, 70}, bool_mask, false, std::nullopt};
+    std::vector<int64_t> visible(3 * 70, 0);
+    for (int64_t s = 0; s < 13; ++s) visible[static_cast<std::size_t>(s)] = 1;  // a prefix, then nothing
+    for (int64_t s : {21, 29, 30, 31, 69}) visible[static_cast<std::size_t>(70 + s)] = 1;
+    visible[2 * 70 + 8] = 1;  // one key right after a run of eight
+    sf::DenseTensor mask = from_ints(visible, {3, 70}, sf::DType::kBool);
+    if (!bool_mask) {
+      std::vector<float> biases;
+      for (int64_t shown : visible) {
+        biases.push_back(shown ? 0.25f * static_cast<float>(biases.size() % 5) : -std::numeric_limits<float>::infinity());
+      }
+      mask = from_floats(biases, {3, 70});
+    }
+    const auto q = random_tensor(sf::DType::kF32, {2, 3, 8}, rng);
+    const auto k = random_tensor(sf::DType::kF32, {2, 70, 8}, rng);
+    const auto v = random_tensor(sf::DType::kF32, {2, 70, 5}, rng);
+    const sf::DenseTensor out = call("aten::scaled_dot_product_attention", arguments(c, q, k, v, &mask));
+    EXPECT_TRUE(all_close(to_doubles(out), reference(c, q, k, v, &mask), 1e-4, 1e-5)) << "bool mask " << bool_mask;
+  }
 }
 
 // A hidden key is never read: NaN in its key and value rows changes nothing.
