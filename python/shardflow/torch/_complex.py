@@ -130,10 +130,10 @@ def _polar(lowering: "Lowering", node: torch.fx.Node) -> Interleaved:
     magnitude, angle = (lowering.values[a] for a in node.args[:2])
     shape = node.meta["val"].shape
     part = f32_type(shape)
-    parts = [lowering.emit_op(node, "aten::mul.Tensor", [magnitude,
-                                                        lowering.emit_op(node, f"aten::{f}", [angle], type_text=part,
-                                                                         hint=f)], type_text=part, hint=name)
-             for f, name in (("cos", "re"), ("sin", "im"))]
+    parts = []
+    for function, name in (("cos", "re"), ("sin", "im")):
+        factor = lowering.emit_op(node, f"aten::{function}", [angle], type_text=part, hint=function)
+        parts.append(lowering.emit_op(node, "aten::mul.Tensor", [magnitude, factor], type_text=part, hint=name))
     return Interleaved(lowering.emit_op(node, "aten::stack", [parts, -1], type_text=pairs_type(shape)))
 
 

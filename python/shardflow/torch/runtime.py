@@ -24,8 +24,8 @@ import torch
 import shardflow as sf
 
 _runtime: sf.Runtime | None = None
-# torch's intra-op thread count before use_spmd lowered it, and what it set.
-_torch_threads: tuple[int, int] | None = None
+# torch's intra-op thread count before use_spmd lowered it to one.
+_torch_threads_before: int | None = None
 # Plain ints, so that compiled code reads them without calling into the
 # extension (Dynamo guards on their values).
 _device_count = 1
@@ -49,12 +49,12 @@ def _devices_on_this_host(runtime: sf.Runtime) -> int:
 def _leave_the_cores_to_the_devices(runtime: sf.Runtime) -> None:
     """torch's threads down to one while several devices share this host's
     cores (see the module's text), unless its OpenMP workers wait passively."""
-    global _torch_threads
+    global _torch_threads_before
     before, here = torch.get_num_threads(), _devices_on_this_host(runtime)
     if here < 2 or before == 1 or os.environ.get("OMP_WAIT_POLICY", "").strip().lower() == "passive":
         return
     torch.set_num_threads(1)
-    _torch_threads = (before, 1)
+    _torch_threads_before = before
     warnings.warn(f"shardflow runs {here} devices here: torch's own ops now run on 1 thread "
                   f"(was {before}) until shutdown(), since torch's OpenMP workers spin for milliseconds after "
                   "each op on the cores the devices need. Start Python with OMP_WAIT_POLICY=passive to keep "
@@ -62,12 +62,11 @@ def _leave_the_cores_to_the_devices(runtime: sf.Runtime) -> None:
 
 
 def _give_back_torch_threads() -> None:
-    global _torch_threads
-    if _torch_threads is not None:
-        before, set_here = _torch_threads
-        if torch.get_num_threads() == set_here:  # not changed by the user since
-            torch.set_num_threads(before)
-        _torch_threads = None
+    global _torch_threads_before
+    if _torch_threads_before is not None:
+        if torch.get_num_threads() == 1:  # not changed by the user since
+            torch.set_num_threads(_torch_threads_before)
+        _torch_threads_before = None
 
 
 def use_spmd(devices: int | None = None) -> sf.Runtime:
