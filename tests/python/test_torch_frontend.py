@@ -371,8 +371,7 @@ def test_a_complex_product_is_four_ops_over_the_data(spmd):
         torch._dynamo.reset()
         compiled(apply_rotary_emb)(xq, xk, freqs[:4])
     ir = sft.compiled_graphs[-1].last.ir
-    ops = [line.split(" = ")[1].split("(")[0] for line in ir.splitlines() if " = " in line]
-    arithmetic = [op for op in ops if op not in ("aten::view", "aten::reshape", "aten::expand")]
+    arithmetic = [op for op in ir_ops(ir) if op not in ("aten::view", "aten::reshape", "aten::expand")]
     assert sorted(arithmetic) == sorted(["aten::index_select", "aten::mul.Tensor", "aten::mul.Tensor",
                                          "aten::add.Tensor"] * 2 + ["aten::slice.Tensor", "aten::slice.Tensor",
                                                                     "aten::neg", "aten::cat", "aten::cat",
@@ -407,6 +406,43 @@ def test_linear_layers_read_their_weights_as_stored(spmd):
         step(x)
     ops = {op: calls for op, calls, _ in profile.entries(0)}
     assert ops["aten::linear"] == 4 and profile.function_calls == 2
+
+
+def ir_ops(ir: str) -> list[str]:
+    return [line.split(" = ")[1].split("(")[0] for line in ir.splitlines() if " = " in line]
+
+
+@pytest.mark.parametrize("shape", [(5, 8), (3, 5, 8), (2, 3, 5, 8)])
+def test_linear_layers_on_any_rank_are_one_op_each(spmd, shape):
+    """AOTAutograd spells nn.Linear on [..., k] as view -> mm/addmm -> view:
+    the IR has one aten::linear on the [..., k] value and no reshapes."""
+    spmd(1)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4, bias=False)).eval()
+    x = torch.randn(*shape)
+    with torch.no_grad():
+        torch._dynamo.reset()
+        torch.testing.assert_close(compiled(model)(x), model(x), rtol=1e-5, atol=1e-5)
+    assert ir_ops(sft.compiled_graphs[-1].last.ir) == ["aten::linear", "aten::relu", "aten::linear"]
+
+
+def test_a_chain_of_reshapes_is_one_and_a_reshape_back_is_none(spmd):
+    spmd(1)
+
+    def f(x, w):
+        chained = x.view(6, 4).view(2, 12).reshape(3, 8) * 2  # one reshape of x
+        back = x.view(24).view(2, 3, 4) + 1  # x's own shape again: x itself
+        flat = x.view(2, 12)
+        read_twice = flat @ w + flat.sum()  # the 2-D value is read: the product is not rewritten
+        return chained, back, read_twice
+
+    x, w = torch.randn(2, 3, 4), torch.randn(12, 5)
+    with torch.no_grad():
+        torch._dynamo.reset()
+        for got, expected in zip(compiled(f)(x, w), f(x, w)):
+            torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    ops = ir_ops(sft.compiled_graphs[-1].last.ir)
+    reshapes = [op for op in ops if op in ("aten::view", "aten::reshape")]
+    assert len(reshapes) == 2, ops  # x -> (3, 8) and x -> (2, 12)
 
 
 def test_the_history_of_compiled_graphs_is_bounded():

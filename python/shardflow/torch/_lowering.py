@@ -102,23 +102,84 @@ class Ref:
     name: str
 
 
+# Ops that only give their operand another shape: a reshape of a reshape
+# reads the first operand directly, and one left unread is dropped.
+_RESHAPES = frozenset({"aten::view", "aten::reshape"})
+
+
+@dataclass
+class _Line:
+    names: tuple[str, ...]
+    text: str
+    uses: frozenset[str]  # the values it reads
+    droppable: bool  # a reshape: dropped when nothing reads its result
+
+
+def _names_in(value: Any) -> list[str]:
+    if isinstance(value, Ref):
+        return [value.name]
+    if isinstance(value, (list, tuple)):
+        return [name for v in value for name in _names_in(v)]
+    return []
+
+
 @dataclass
 class Emitter:
-    """Builds the IR text of one function."""
+    """Builds the IR text of one function. Reshapes are folded as they are
+    emitted (AOTAutograd spells every nn.Linear view -> mm -> view, every
+    head split a view of a view): a reshape reads the value its operand
+    reshaped, one to that value's own type is that value, and reshapes
+    nothing reads are left out of the text."""
 
-    lines: list[str] = field(default_factory=list)
+    lines: list[_Line] = field(default_factory=list)
     counter: int = 0
+    types: dict[str, str] = field(default_factory=dict)  # value name -> IR type
+    reshaped_from: dict[str, Ref] = field(default_factory=dict)  # reshape result -> the value it reshapes
 
     def fresh(self, hint: str) -> Ref:
         self.counter += 1
         return Ref(f"%{hint}_sf{self.counter}")
 
+    def declare(self, ref: Ref, type_text: str) -> None:
+        """A function input's type (its reshapes to that type are the input itself)."""
+        self.types[ref.name] = type_text
+
+    def reshape_source(self, ref: Any) -> Ref | None:
+        """The value `ref` is a reshape of, or None."""
+        return self.reshaped_from.get(ref.name) if isinstance(ref, Ref) else None
+
+    def type_of(self, ref: Ref) -> str | None:
+        return self.types.get(ref.name)
+
     def op(self, result: Ref | list[Ref], op: str, args: list[Any], kwargs: dict[str, Any], type_text: str):
         """One node; several results (`%a, %b = aten::topk(...) : (f32[2], i64[2])`) for a list."""
+        reshape = op in _RESHAPES and isinstance(result, Ref) and args and isinstance(args[0], Ref)
+        if reshape:
+            source = self.reshaped_from.get(args[0].name, args[0])
+            if self.types.get(source.name) == type_text:
+                return source
+            args = [source, *args[1:]]
         parts = [_literal(a) for a in args] + [f"{k}={_literal(v)}" for k, v in kwargs.items()]
-        names = ", ".join(r.name for r in result) if isinstance(result, list) else result.name
-        self.lines.append(f"  {names} = {op}({', '.join(parts)}) : {type_text}")
+        results = result if isinstance(result, list) else [result]
+        names = tuple(r.name for r in results)
+        self.lines.append(_Line(names, f"  {', '.join(names)} = {op}({', '.join(parts)}) : {type_text}",
+                                frozenset(_names_in(args) + _names_in(list(kwargs.values()))), bool(reshape)))
+        if isinstance(result, Ref):
+            self.types[result.name] = type_text
+            if reshape:
+                self.reshaped_from[result.name] = args[0]
         return result
+
+    def text(self, returned: list[Ref]) -> list[str]:
+        """The lines, less the reshapes nothing reads (`returned`: the function's results)."""
+        read = {r.name for r in returned}
+        kept = []
+        for line in reversed(self.lines):
+            if line.droppable and not read.intersection(line.names):
+                continue
+            read |= line.uses
+            kept.append(line.text)
+        return kept[::-1]
 
 
 def _ir_name(overload: torch._ops.OpOverload) -> str:
@@ -159,8 +220,11 @@ class Lowering:
                 # Fed as view_as_real(input): f32 with a trailing 2.
                 type_text, self.values[node] = _complex.input_value(ref, node)
                 params.append(f"{ref.name}: {type_text}")
+                self.emit.declare(ref, type_text)
                 continue
-            params.append(f"{ref.name}: {ir_type(value, node)}")
+            type_text = ir_type(value, node)
+            params.append(f"{ref.name}: {type_text}")
+            self.emit.declare(ref, type_text)
             self.values[node] = ref
             sharding = self.annotate_inputs[index] if index < len(self.annotate_inputs) else None
             if sharding is not None:
@@ -172,6 +236,7 @@ class Lowering:
                 value = getattr(self.gm, node.target)
                 ref = Ref(f"%{node.name}")
                 params.append(f"{ref.name}: {ir_type(value, node)}")
+                self.emit.declare(ref, ir_type(value, node))
                 self.values[node] = ref
                 self.constants.append(value)
         for node in self.gm.graph.nodes:
@@ -187,7 +252,7 @@ class Lowering:
                     self._mutation_outputs(mutation, placeholders, outputs)
         header = (f"func @{name}({', '.join(params)}) -> ({', '.join(t for _, t in outputs)}) {{")
         footer = f"  return {', '.join(r.name for r, _ in outputs)}\n}}\n"
-        return "\n".join([header, *self.emit.lines, footer])
+        return "\n".join([header, *self.emit.text([r for r, _ in outputs]), footer])
 
     # -- nodes ---------------------------------------------------------------
 
@@ -435,18 +500,43 @@ def _t(lowering: Lowering, node: torch.fx.Node) -> Any:
     return lowering.emit_op(node, "aten::transpose.int", [lowering.values[node.args[0]], 0, 1])
 
 
+_VIEWS = frozenset({torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default, torch.ops.aten.reshape.default})
+
+
+def _linear(lowering: Lowering, node: torch.fx.Node, x: torch.fx.Node, weight: Ref,
+            bias: torch.fx.Node | None = None) -> Ref:
+    """nn.Linear, which AOTAutograd spells view(x, [-1, k]) -> mm -> view to
+    [..., n]: aten::linear takes any leading dims, so it is computed at the
+    view's [..., k] (x before its view, see Emitter) and the views around it
+    fold away."""
+    x_ref = lowering.values[x]
+    operands = [weight] if bias is None else [weight, lowering.values[bias]]
+    view_back = next(iter(node.users)) if len(node.users) == 1 else None
+    if (view_back is None or view_back.target not in _VIEWS or (bias is not None and bias.meta["val"].dim() != 1)
+            or view_back.meta["val"].dim() < 1 or view_back.meta["val"].shape[-1] != node.meta["val"].shape[-1]):
+        return lowering.emit_op(node, "aten::linear", [x_ref, *operands])
+    (rows, k), dtype = x.meta["val"].shape, DTYPES[node.meta["val"].dtype]
+    lead = list(view_back.meta["val"].shape[:-1])
+    n = node.meta["val"].shape[-1]
+    x_ref = lowering.emit_op(node, "aten::reshape", [x_ref, lead + [k]],
+                             type_text=f"{dtype}[{','.join(map(str, lead + [k]))}]", hint="rows")
+    product = lowering.emit_op(node, "aten::linear", [x_ref, *operands],
+                               type_text=f"{dtype}[{','.join(map(str, lead + [n]))}]")
+    return lowering.emit_op(node, "aten::reshape", [product, [rows, n]])
+
+
 def _matmul(lowering: Lowering, node: torch.fx.Node) -> Ref:
-    a, b = lowering.values[node.args[0]], lowering.values[node.args[1]]
+    b = lowering.values[node.args[1]]
     if isinstance(b, _Transposed):
-        return lowering.emit_op(node, "aten::linear", [a, b.weight])
-    return lowering.emit_op(node, "aten::matmul", [a, b])
+        return _linear(lowering, node, node.args[0], b.weight)
+    return lowering.emit_op(node, "aten::matmul", [lowering.values[node.args[0]], b])
 
 
 def _addmm(lowering: Lowering, node: torch.fx.Node) -> Ref:
     bias, a, b = (lowering.values[n] for n in node.args[:3])
     beta, alpha = node.kwargs.get("beta", 1), node.kwargs.get("alpha", 1)
     if isinstance(b, _Transposed):  # nn.Linear with a bias: linear(x, w, b)
-        return lowering.emit_op(node, "aten::linear", [a, b.weight, bias])
+        return _linear(lowering, node, node.args[1], b.weight, node.args[0])
     product = lowering.emit_op(node, "aten::matmul", [a, b], type_text=ir_type(node.meta["val"], node), hint="mm")
     if alpha != 1:
         product = lowering.emit_op(node, "aten::mul.Scalar", [product, alpha], type_text=ir_type(node.meta["val"], node))
@@ -696,8 +786,12 @@ def _index_put(lowering: Lowering, node: torch.fx.Node) -> Ref:
     rows = shape[:dim] + [count] + shape[dim + 1:]
     dtype = DTYPES[node.meta["val"].dtype]
     source = lowering.values[values]
-    if list(values.meta["val"].shape) != rows:
-        source = lowering.emit_op(node, "aten::expand", [source, rows],
+    given = list(values.meta["val"].shape)
+    if given != rows:
+        # Only leading 1s missing: the same elements, a reshape (which folds
+        # into the one that made the values).
+        fill = "aten::reshape" if math.prod(given) == math.prod(rows) else "aten::expand"
+        source = lowering.emit_op(node, fill, [source, rows],
                                   type_text=f"{dtype}[{','.join(map(str, rows))}]", hint="rows")
     return lowering.emit_op(node, "aten::index_copy", [lowering.values[self_node], dim, positions, source])
 
