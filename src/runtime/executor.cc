@@ -588,9 +588,12 @@ std::vector<Tensor> run_program(const PartitionedProgram& program, int64_t num_d
       DenseTensor local;
       if (!feeds[i].shards.empty()) {
         local = std::move(feeds[i].shards[static_cast<std::size_t>(device)].data);  // each device takes its own
-      } else if (mesh.size() == 1 && feeds[i].global.is_sole_owner() &&
-                 feeds[i].layout.shard_shape == feeds[i].layout.global_shape) {
-        local = std::move(feeds[i].global);  // one device, whole tensor, nothing else holds it (a donated cache)
+      } else if (feeds[i].layout.shard_shape == feeds[i].layout.global_shape) {
+        // The whole tensor: read where it lies (a torch parameter fed without
+        // a copy), by every device. Kernels write only into buffers nothing
+        // else holds, so sharing it is safe; one device takes it, and writes
+        // into it when it was the only holder (a donated cache).
+        local = mesh.size() == 1 ? std::move(feeds[i].global) : feeds[i].global;
       } else {
         local = DenseTensor::empty(type.dtype, type.shape);
         copy_shard(feeds[i].layout, static_cast<std::size_t>(device), feeds[i].global.bytes(), element_size(type.dtype),

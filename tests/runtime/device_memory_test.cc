@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <optional>
 
 #include "shardflow/runtime/runtime.h"
 #include "shardflow/shardflow.h"
@@ -60,6 +61,39 @@ TEST(DeviceMemory, ShardingOverFourDevicesDividesTheStepMemory) {
     const int64_t peak = sf::device_memory(d).peak_bytes - before[static_cast<std::size_t>(d)];
     EXPECT_GT(peak, 0) << "device " << d;
     EXPECT_LE(peak, one / 4) << "device " << d << " of 4 (one device: " << one << " bytes)";
+  }
+}
+
+TEST(DeviceMemory, AWholeInputIsReadWhereItLiesNotCopiedPerDevice) {
+  // An input fed whole (not laid out: a torch parameter viewed without a
+  // copy) that a device reads whole is not copied for the step.
+  const sf::Tensor x = sf::randn({kRows, kCols}, 3);
+  for (const bool with_runtime : {false, true}) {
+    std::optional<sf::Runtime> one_device;
+    if (with_runtime) one_device.emplace(sf::Runtime::local(1));
+    auto twice = sf::compile([](const sf::Tensor& v) { return v * 2; });
+    twice(x);
+    const int64_t one = step_peak(0, [&] { twice(x); });
+    EXPECT_GE(one, kBytes);
+    EXPECT_LT(one, 2 * kBytes) << "the result, and no copy of x; runtime: " << with_runtime;
+  }
+
+  // Every device of four reads x whole against its columns of w.
+  sf::Runtime runtime = sf::Runtime::local(4);
+  std::vector<int64_t> ids(4);
+  std::iota(ids.begin(), ids.end(), 0);
+  sf::Tensor w(sf::randn({kCols, kCols}, 4).value());
+  sf::mark_sharding(w, sf::Mesh(ids, {4}, {"model"}), {sf::none, "model"});
+  auto product = sf::compile([](const sf::Tensor& a, const sf::Tensor& b) { return sf::matmul(a, b); });
+  product(x, w);
+  std::vector<int64_t> before(4);
+  for (int64_t d = 0; d < 4; ++d) before[static_cast<std::size_t>(d)] = sf::device_memory(d).current_bytes;
+  sf::reset_device_memory_peaks();
+  const sf::Tensor y = product(x, w);
+  for (int64_t d = 0; d < 4; ++d) {
+    const int64_t peak = sf::device_memory(d).peak_bytes - before[static_cast<std::size_t>(d)];
+    EXPECT_GE(peak, kBytes / 4) << "device " << d << ": its columns of the result";
+    EXPECT_LT(peak, kBytes / 2) << "device " << d << ": and no copy of x";
   }
 }
 
