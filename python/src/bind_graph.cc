@@ -130,6 +130,9 @@ struct PyExecutable {
   std::vector<ProgramCollective> collectives() const {
     return prepared ? prepared->collectives() : std::vector<ProgramCollective>{};
   }
+  std::vector<Sharding> input_shardings() const {
+    return prepared ? prepared->input_shardings() : std::vector<Sharding>{};
+  }
 };
 
 struct RunResult {
@@ -415,7 +418,10 @@ void bind_graph(nb::module_& m) {
       .def_prop_ro("graph", [](const PyExecutable& e) { return e.graph; })
       .def_prop_ro("program_text", &PyExecutable::program_text,
                    "Every value's sharding, the per-device program and each collective with its reason.")
-      .def_prop_ro("collectives", &PyExecutable::collectives);
+      .def_prop_ro("collectives", &PyExecutable::collectives)
+      .def_prop_ro("input_shardings", &PyExecutable::input_shardings,
+                   "The layout each input is fed in: the one given, or the one propagation chose for an open\n"
+                   "input (empty without a runtime: one device runs the graph whole).");
 
   nb::class_<CheckResult>(m, "CheckResult", "A sharded run compared element by element with one device.")
       .def_ro("max_abs_diff", &CheckResult::max_abs_diff)

@@ -40,6 +40,8 @@ struct SpmdPrepared : PreparedGraph {
     return out;
   }
 
+  std::vector<Sharding> input_shardings() const override { return program.input_shardings; }
+
   std::vector<ProgramCollective> collectives() const override {
     std::vector<ProgramCollective> out;
     for (const CollectiveInfo& info : program.collectives) out.push_back(report_collective(info, *program.mesh));

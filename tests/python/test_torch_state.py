@@ -117,6 +117,46 @@ def test_a_marked_cache_stays_laid_out_and_is_updated_in_place(spmd, monkeypatch
     assert model.cache[0, :5, 0].tolist() == [1.0, 1.0, 2.0, 3.0, 4.0]
 
 
+class AnnotatedRowsStep(CacheStep):
+    """A cache the user never marks, written with rows annotated inside forward."""
+
+    def __init__(self, mesh):
+        super().__init__(["index_copy_"])
+        self.mesh = mesh
+
+    def forward(self, x, pos):
+        if self.mesh is not None:
+            xs.mark_sharding(x, self.mesh, ("x", None, "y"))
+        return super().forward(x, pos)
+
+
+@pytest.mark.parametrize("devices", [1, 4])
+def test_an_unmarked_cache_keeps_the_layout_propagation_chose(spmd, monkeypatch, devices):
+    """As PyTorch/XLA keeps device data between calls: after the first call an
+    unmarked cache the graph writes is held laid out as propagation chose, its
+    shards updated in place, not copied (nor laid out again) per call."""
+    spmd(devices)
+    mesh = xs.Mesh(range(4), (2, 2), ("x", "y")) if devices == 4 else None
+    model, eager = AnnotatedRowsStep(mesh), CacheStep(["index_copy_"])
+    assert xs.get_sharding(model.cache) is None
+    expected = run_steps(eager, eager, range(1)) + run_steps(eager, eager, range(1, 5))
+    layouts = []
+    real = _state.sf.mark_sharding
+    monkeypatch.setattr(_state.sf, "mark_sharding", lambda *a, **k: layouts.append(a) or real(*a, **k))
+    step = torch.compile(model, backend="shardflow")
+    got = run_steps(model, step, range(1))
+    kept = xs.get_sharding(model.cache)
+    assert kept is not None and len(layouts) == 1  # laid out once, in the first call
+    assert kept.v1 == ("{devices=[2,1,2]0,1,2,3}" if devices == 4 else "{replicated}")
+    before = _state.sharded(model.cache)
+    got += run_steps(model, step, range(1, 5))
+    with pytest.raises(sf.Error, match="donated"):
+        before.numpy()  # its shards moved into the next run, which wrote them in place
+    assert len(layouts) == 1
+    for i, (g, e) in enumerate(zip(got, expected)):
+        torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5, msg=lambda m: f"output {i}: {m}")
+
+
 def test_an_eager_write_between_calls_is_seen_by_the_next_call(spmd):
     spmd(2)
     model = CacheStep(["index_copy_"])

@@ -61,6 +61,9 @@ class PreparedGraph {
   virtual std::string describe(const Graph& graph) const = 0;
   // The collectives one run executes, in program order (none on one device).
   virtual std::vector<ProgramCollective> collectives() const { return {}; }
+  // The layout each graph input is fed in: the one it came with, or for an
+  // open input the one propagation chose (none when nothing was propagated).
+  virtual std::vector<Sharding> input_shardings() const { return {}; }
 };
 
 class GraphRunner {

@@ -25,7 +25,7 @@ from torch._dynamo.backends.common import aot_autograd
 
 import shardflow as sf
 
-from . import _lowering, _mutation, _state
+from . import _lowering, _mutation, _state, runtime
 
 _graph_ids = itertools.count()
 class CompiledGraphs:
@@ -70,6 +70,9 @@ class Prepared:
     num_user_outputs: int  # the function's outputs; the written inputs' outputs follow
     mutations: list[_mutation.Mutation]  # the inputs the graph writes in place
     donate: list[int]  # written inputs laid out as shards: their shards move into the run
+    # Written inputs that came unmarked, with the layout propagation chose
+    # for them: they are laid out so once and kept as state (see __call__).
+    adopt: list[tuple[int, sf.Sharding]] = field(default_factory=list)
 
 
 @dataclass
@@ -100,15 +103,30 @@ class CompiledGraph:
             graph = sf.Graph.parse(lowering.ir)
             constant_inputs = [_state.to_shardflow(c) for c in lowering.constants]
             donate = [m.input_index for m in lowering.mutations if m.state_output is not None]
-            entry = self.prepared[key] = Prepared(
-                lowering.ir, sf.Executable(graph, shardings + [None] * len(constant_inputs)), constant_inputs,
-                lowering.num_user_outputs, lowering.mutations, donate)
+            executable = sf.Executable(graph, shardings + [None] * len(constant_inputs))
+            # (A graph with no annotation runs on one device of several: an
+            # annotation cannot name that device's mesh, and it is not adopted.)
+            chosen = executable.input_shardings
+            adopt = [(m.input_index, chosen[m.input_index]) for m in lowering.mutations
+                     if chosen and shardings[m.input_index] is None
+                     and len(chosen[m.input_index].mesh.device_ids) == runtime.global_runtime_device_count()]
+            entry = self.prepared[key] = Prepared(lowering.ir, executable, constant_inputs, lowering.num_user_outputs,
+                                                  lowering.mutations, donate, adopt)
         self.last, self._last_shardings, self._last_runner = entry, tuple(shardings), runner
         return entry
 
     def __call__(self, args: list[Any]) -> list[torch.Tensor]:
         inputs, shardings = _state.as_inputs(args, self.written, _refuse_non_tensor)
         prepared = self.prepare(shardings)
+        if prepared.adopt:
+            # An unmarked tensor the graph writes (a KV cache the user did not
+            # mark) takes the layout propagation chose, as PyTorch/XLA keeps
+            # device data between calls: from now on its shards are fed and
+            # updated in place instead of the whole tensor being copied per call.
+            for index, sharding in prepared.adopt:
+                inputs[index] = _state.lay_out(args[index], sharding)
+                shardings[index] = sharding
+            prepared = self.prepare(shardings)
         written = [args[m.input_index] for m in prepared.mutations]
         args.clear()  # the boxed convention: the callee lets go of the inputs
         try:

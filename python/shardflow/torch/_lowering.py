@@ -513,7 +513,8 @@ def _linear(lowering: Lowering, node: torch.fx.Node, x: torch.fx.Node, weight: R
     operands = [weight] if bias is None else [weight, lowering.values[bias]]
     view_back = next(iter(node.users)) if len(node.users) == 1 else None
     if (view_back is None or view_back.target not in _VIEWS or (bias is not None and bias.meta["val"].dim() != 1)
-            or view_back.meta["val"].dim() < 1 or view_back.meta["val"].shape[-1] != node.meta["val"].shape[-1]):
+            or view_back.meta["val"].dim() < 1 or view_back.meta["val"].shape[-1] != node.meta["val"].shape[-1]
+            or math.prod(view_back.meta["val"].shape[:-1]) != x.meta["val"].shape[0]):  # (n = 0)
         return lowering.emit_op(node, "aten::linear", [x_ref, *operands])
     (rows, k), dtype = x.meta["val"].shape, DTYPES[node.meta["val"].dtype]
     lead = list(view_back.meta["val"].shape[:-1])

@@ -53,6 +53,13 @@ def set_sharded(t: torch.Tensor, sharded: sf.Tensor, sharding: sf.Sharding | Non
     _entries[key] = _Entry(weakref.ref(t, lambda _: _entries.pop(key, None)), t._version, sharded, sharding)
 
 
+def lay_out(t: torch.Tensor, sharding: sf.Sharding) -> sf.Tensor:
+    """t's values laid out with `sharding`, which t keeps from now on."""
+    laid_out = sf.mark_sharding(to_shardflow(t), sharding.mesh, sharding.spec)
+    set_sharded(t, laid_out, sharding)
+    return laid_out
+
+
 def sharded(t: torch.Tensor, expected_writes: int = 0) -> sf.Tensor | None:
     """The tensor's shards, if it was marked; laid out again if it was
     written more often than the `expected_writes` already counted in its
