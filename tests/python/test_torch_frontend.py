@@ -445,6 +445,44 @@ def test_a_chain_of_reshapes_is_one_and_a_reshape_back_is_none(spmd):
     assert len(reshapes) == 2, ops  # x -> (3, 8) and x -> (2, 12)
 
 
+def test_unmarked_weights_split_by_propagation_are_laid_out_once(spmd, monkeypatch):
+    """The seed's pattern annotates activations only: the weights propagation
+    splits are laid out on the first call and fed as shards from then on (as
+    PyTorch/XLA keeps device data), while those read whole are not copied."""
+    spmd(4)
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.up, self.down = nn.Linear(8, 32), nn.Linear(32, 8, bias=False)
+            self.scale = nn.Parameter(torch.rand(8) + 0.5)
+
+        def forward(self, x):
+            mesh = xs.Mesh(torch.arange(4), (1, 4), ("data", "model"))
+            h = self.up(x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * self.scale)
+            xs.mark_sharding(h, mesh, (None, None, "model"))
+            return self.down(torch.relu(h))
+
+    model = Block().eval()
+    inputs = [torch.randn(2, 3, 8, generator=torch.Generator().manual_seed(seed)) for seed in range(3)]
+    with torch.no_grad():
+        expected = [model(x) for x in inputs]  # eager (its mark_sharding lays h out)
+    layouts = []
+    real = sft._state.sf.mark_sharding
+    monkeypatch.setattr(sft._state.sf, "mark_sharding", lambda *a, **k: layouts.append(a) or real(*a, **k))
+    step = compiled(model)
+    with torch.no_grad():
+        for i, x in enumerate(inputs):
+            torch.testing.assert_close(step(x), expected[i], rtol=1e-5, atol=1e-5)
+            if i == 0:
+                first = len(layouts)
+    split = {name for name, p in model.named_parameters() if xs.get_sharding(p) is not None}
+    assert {"up.weight", "up.bias", "down.weight"} <= split  # split on 'model' by the annotation
+    assert "scale" not in split  # read whole: not laid out
+    assert first == len(split) and len(layouts) == first  # once, in the first call
+    assert xs.get_sharding(model.up.weight).v1 == "{devices=[4,1]0,1,2,3}"
+
+
 def test_the_history_of_compiled_graphs_is_bounded():
     from shardflow.torch._backend import CompiledGraphs
 

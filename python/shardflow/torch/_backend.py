@@ -70,9 +70,9 @@ class Prepared:
     num_user_outputs: int  # the function's outputs; the written inputs' outputs follow
     mutations: list[_mutation.Mutation]  # the inputs the graph writes in place
     donate: list[int]  # written inputs laid out as shards: their shards move into the run
-    # Written inputs that came unmarked, with the layout propagation chose
-    # for them: they are laid out so once and kept as state (see __call__).
-    adopt: list[tuple[int, sf.Sharding]] = field(default_factory=list)
+    # Inputs that came unmarked and are kept laid out as propagation chose
+    # (see _state_to_adopt): (position, that layout, written in place).
+    adopt: list[tuple[int, sf.Sharding, bool]] = field(default_factory=list)
 
 
 @dataclass
@@ -104,12 +104,7 @@ class CompiledGraph:
             constant_inputs = [_state.to_shardflow(c) for c in lowering.constants]
             donate = [m.input_index for m in lowering.mutations if m.state_output is not None]
             executable = sf.Executable(graph, shardings + [None] * len(constant_inputs))
-            # (A graph with no annotation runs on one device of several: an
-            # annotation cannot name that device's mesh, and it is not adopted.)
-            chosen = executable.input_shardings
-            adopt = [(m.input_index, chosen[m.input_index]) for m in lowering.mutations
-                     if chosen and shardings[m.input_index] is None
-                     and len(chosen[m.input_index].mesh.device_ids) == runtime.global_runtime_device_count()]
+            adopt = _adoptable(executable.input_shardings, shardings, lowering.mutations)
             entry = self.prepared[key] = Prepared(lowering.ir, executable, constant_inputs, lowering.num_user_outputs,
                                                   lowering.mutations, donate, adopt)
         self.last, self._last_shardings, self._last_runner = entry, tuple(shardings), runner
@@ -118,12 +113,14 @@ class CompiledGraph:
     def __call__(self, args: list[Any]) -> list[torch.Tensor]:
         inputs, shardings = _state.as_inputs(args, self.written, _refuse_non_tensor)
         prepared = self.prepare(shardings)
-        if prepared.adopt:
-            # An unmarked tensor the graph writes (a KV cache the user did not
-            # mark) takes the layout propagation chose, as PyTorch/XLA keeps
-            # device data between calls: from now on its shards are fed and
-            # updated in place instead of the whole tensor being copied per call.
-            for index, sharding in prepared.adopt:
+        adopted = [(index, sharding) for index, sharding, written in prepared.adopt
+                   if written or (isinstance(args[index], torch.nn.Parameter) and not args[index].is_complex())]
+        if adopted:
+            # The model's state the user did not mark (its weights, a KV
+            # cache) keeps the layout propagation chose, as PyTorch/XLA keeps
+            # device data between calls: laid out once here, then fed as it
+            # is (a cache updated in place), not split or copied per call.
+            for index, sharding in adopted:
                 inputs[index] = _state.lay_out(args[index], sharding)
                 shardings[index] = sharding
             prepared = self.prepare(shardings)
@@ -142,6 +139,22 @@ class CompiledGraph:
             if mutation.state_output is not None:
                 _state.set_sharded(tensor, outputs[mutation.state_output], shardings[mutation.input_index])
         return results
+
+
+def _adoptable(chosen: list[sf.Sharding], given: list[sf.Sharding | None],
+               mutations: list[_mutation.Mutation]) -> list[tuple[int, sf.Sharding, bool]]:
+    """The unmarked inputs worth keeping laid out: written ones (else copied
+    whole per call to be written), and those split across devices (else
+    tiled per call; one read whole is read where it lies). A graph with no
+    annotation runs on one device of several, whose mesh no annotation can
+    name: nothing is adopted there."""
+    if not chosen:
+        return []
+    written = {m.input_index for m in mutations}
+    devices = runtime.global_runtime_device_count()
+    return [(i, sharding, i in written) for i, sharding in enumerate(chosen[:len(given)])
+            if given[i] is None and len(sharding.mesh.device_ids) == devices
+            and (i in written or any(sharding.dim_axes))]
 
 
 def _write_back(mutations: list[_mutation.Mutation], written: list[torch.Tensor], outputs: list[sf.Tensor]) -> None:
