@@ -483,6 +483,32 @@ def test_unmarked_weights_split_by_propagation_are_laid_out_once(spmd, monkeypat
     assert xs.get_sharding(model.up.weight).v1 == "{devices=[4,1]0,1,2,3}"
 
 
+@pytest.mark.parametrize("devices", [1, 4])
+@pytest.mark.parametrize("shape,affine,bias", [((12,), True, True), ((12,), False, False), ((12,), True, False),
+                                               ((3, 12), True, True)])
+def test_layer_norm_matches_eager(spmd, devices, shape, affine, bias):
+    """nn.LayerNorm (aten::native_layer_norm) as mean and variance over the
+    normalized dims, also when an annotation splits the last one."""
+    spmd(devices)
+    norm = nn.LayerNorm(shape, elementwise_affine=affine, bias=bias).eval()
+    if affine:
+        with torch.no_grad():
+            norm.weight.uniform_(0.5, 1.5)
+            if bias:
+                norm.bias.uniform_(-1, 1)
+
+    def f(x):
+        if devices > 1:
+            xs.mark_sharding(x, xs.Mesh(torch.arange(devices), (1, devices), ("data", "model")),
+                             (None,) * (x.dim() - 1) + ("model",))
+        return norm(x) * 2
+
+    x = torch.randn(2, 5, 3, 12) * 3 + 1
+    with torch.no_grad():
+        torch._dynamo.reset()
+        torch.testing.assert_close(compiled(f)(x), norm(x) * 2, rtol=1e-5, atol=1e-5)
+
+
 def test_the_history_of_compiled_graphs_is_bounded():
     from shardflow.torch._backend import CompiledGraphs
 

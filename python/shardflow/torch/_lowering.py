@@ -635,6 +635,34 @@ def _safe_softmax(lowering: Lowering, node: torch.fx.Node) -> Ref:
     return lowering.emit_op(node, "aten::where.self", [unseen, zero, probabilities])
 
 
+def _layer_norm(lowering: Lowering, node: torch.fx.Node) -> list[Ref]:
+    """native_layer_norm(x, shape, weight, bias, eps) -> (out, mean, rstd) in
+    ops shardflow has: the mean and variance over the normalized dims (so a
+    normalized dim split across devices is reduced, not gathered)."""
+    x, normalized, weight, bias, eps = node.args[:5]
+    dims = list(range(-len(normalized), 0))
+    x_type = ir_type(x.meta["val"], node)
+    out_value, mean_value, rstd_value = node.meta["val"]
+    stat_type = ir_type(mean_value, node)
+
+    def emit(op: str, args: list[Any], type_text: str, hint: str) -> Ref:
+        return lowering.emit_op(node, op, args, type_text=type_text, hint=hint)
+
+    source = lowering.values[x]
+    mean = emit("aten::mean.dim", [source, dims, True], stat_type, "mean")
+    centered = emit("aten::sub.Tensor", [source, mean], x_type, "centered")
+    variance = emit("aten::mean.dim", [emit("aten::mul.Tensor", [centered, centered], x_type, "squared"), dims, True],
+                    stat_type, "variance")
+    rstd = emit("aten::rsqrt", [emit("aten::add.Scalar", [variance, eps], stat_type, "shifted")], ir_type(rstd_value, node),
+                "rstd")
+    out = emit("aten::mul.Tensor", [centered, rstd], x_type, "normalized")
+    if weight is not None:
+        out = emit("aten::mul.Tensor", [out, lowering.values[weight]], x_type, "scaled")
+    if bias is not None:
+        out = emit("aten::add.Tensor", [out, lowering.values[bias]], ir_type(out_value, node), "shifted_out")
+    return [out, mean, rstd]
+
+
 def _sdpa(lowering: Lowering, node: torch.fx.Node) -> list[Any]:
     """The CPU attention kernels F.scaled_dot_product_attention dispatches to,
     as shardflow's one aten::scaled_dot_product_attention op. Their second
@@ -840,6 +868,7 @@ REWRITES: dict[Any, Callable[[Lowering, torch.fx.Node], Any]] = {
     torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default: _sdpa,
     torch.ops.aten._log_softmax.default: _softmax_as("aten::log_softmax.int"),
     torch.ops.aten._safe_softmax.default: _safe_softmax,
+    torch.ops.aten.native_layer_norm.default: _layer_norm,
     torch.ops.aten.split_with_sizes.default: _split,
 }
 
