@@ -71,7 +71,7 @@ class Prepared:
     mutations: list[_mutation.Mutation]  # the inputs the graph writes in place
     donate: list[int]  # written inputs laid out as shards: their shards move into the run
     # Inputs that came unmarked and are kept laid out as propagation chose
-    # (see _state_to_adopt): (position, that layout, written in place).
+    # (see _adoptable): (position, that layout, written in place).
     adopt: list[tuple[int, sf.Sharding, bool]] = field(default_factory=list)
 
 
