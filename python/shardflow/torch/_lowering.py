@@ -65,7 +65,12 @@ def ir_type(value: Any, node: torch.fx.Node) -> str:
             raise LoweringError(f"{node.name} has a dynamic shape {tuple(value.shape)}; shardflow compiles static "
                                 "shapes (torch.compile(..., dynamic=False)) (at " + source_line(node) + ")")
         dims.append(str(d))
-    return f"{DTYPES[value.dtype]}[{','.join(dims)}]"
+    return _tensor_type(DTYPES[value.dtype], dims)
+
+
+def _tensor_type(dtype: str, shape) -> str:
+    """An IR type from a dtype name and static dims: f32[2,3]."""
+    return f"{dtype}[{','.join(map(str, shape))}]"
 
 
 def _literal(value: Any) -> str:
@@ -143,13 +148,6 @@ class Emitter:
     def declare(self, ref: Ref, type_text: str) -> None:
         """A function input's type (its reshapes to that type are the input itself)."""
         self.types[ref.name] = type_text
-
-    def reshape_source(self, ref: Any) -> Ref | None:
-        """The value `ref` is a reshape of, or None."""
-        return self.reshaped_from.get(ref.name) if isinstance(ref, Ref) else None
-
-    def type_of(self, ref: Ref) -> str | None:
-        return self.types.get(ref.name)
 
     def op(self, result: Ref | list[Ref], op: str, args: list[Any], kwargs: dict[str, Any], type_text: str):
         """One node; several results (`%a, %b = aten::topk(...) : (f32[2], i64[2])`) for a list."""
@@ -511,18 +509,18 @@ def _linear(lowering: Lowering, node: torch.fx.Node, x: torch.fx.Node, weight: R
     fold away."""
     x_ref = lowering.values[x]
     operands = [weight] if bias is None else [weight, lowering.values[bias]]
+    (rows, k), n = x.meta["val"].shape, node.meta["val"].shape[-1]
     view_back = next(iter(node.users)) if len(node.users) == 1 else None
     if (view_back is None or view_back.target not in _VIEWS or (bias is not None and bias.meta["val"].dim() != 1)
-            or view_back.meta["val"].dim() < 1 or view_back.meta["val"].shape[-1] != node.meta["val"].shape[-1]
-            or math.prod(view_back.meta["val"].shape[:-1]) != x.meta["val"].shape[0]):  # (n = 0)
+            or view_back.meta["val"].dim() < 1 or view_back.meta["val"].shape[-1] != n
+            or math.prod(view_back.meta["val"].shape[:-1]) != rows):  # (n = 0)
         return lowering.emit_op(node, "aten::linear", [x_ref, *operands])
-    (rows, k), dtype = x.meta["val"].shape, DTYPES[node.meta["val"].dtype]
+    dtype = DTYPES[node.meta["val"].dtype]
     lead = list(view_back.meta["val"].shape[:-1])
-    n = node.meta["val"].shape[-1]
     x_ref = lowering.emit_op(node, "aten::reshape", [x_ref, lead + [k]],
-                             type_text=f"{dtype}[{','.join(map(str, lead + [k]))}]", hint="rows")
+                             type_text=_tensor_type(dtype, lead + [k]), hint="rows")
     product = lowering.emit_op(node, "aten::linear", [x_ref, *operands],
-                               type_text=f"{dtype}[{','.join(map(str, lead + [n]))}]")
+                               type_text=_tensor_type(dtype, lead + [n]))
     return lowering.emit_op(node, "aten::reshape", [product, [rows, n]])
 
 
@@ -627,9 +625,9 @@ def _safe_softmax(lowering: Lowering, node: torch.fx.Node) -> Ref:
     reduced = list(value.shape)
     reduced[dim] = 1
     largest = lowering.emit_op(node, "aten::amax", [source, [dim], True],
-                               type_text=f"{DTYPES[value.dtype]}[{','.join(map(str, reduced))}]", hint="row_max")
+                               type_text=_tensor_type(DTYPES[value.dtype], reduced), hint="row_max")
     unseen = lowering.emit_op(node, "aten::eq.Scalar", [largest, float("-inf")],
-                              type_text=f"bool[{','.join(map(str, reduced))}]", hint="sees_nothing")
+                              type_text=_tensor_type("bool", reduced), hint="sees_nothing")
     zero = lowering.emit_op(node, "aten::full", [[], 0.0], {"dtype": value.dtype}, type_text=f"{DTYPES[value.dtype]}[]",
                             hint="zero")
     return lowering.emit_op(node, "aten::where.self", [unseen, zero, probabilities])
@@ -642,7 +640,7 @@ def _layer_norm(lowering: Lowering, node: torch.fx.Node) -> list[Ref]:
     x, normalized, weight, bias, eps = node.args[:5]
     dims = list(range(-len(normalized), 0))
     x_type = ir_type(x.meta["val"], node)
-    out_value, mean_value, rstd_value = node.meta["val"]
+    _, mean_value, rstd_value = node.meta["val"]
     stat_type = ir_type(mean_value, node)
 
     def emit(op: str, args: list[Any], type_text: str, hint: str) -> Ref:
@@ -659,7 +657,7 @@ def _layer_norm(lowering: Lowering, node: torch.fx.Node) -> list[Ref]:
     if weight is not None:
         out = emit("aten::mul.Tensor", [out, lowering.values[weight]], x_type, "scaled")
     if bias is not None:
-        out = emit("aten::add.Tensor", [out, lowering.values[bias]], ir_type(out_value, node), "shifted_out")
+        out = emit("aten::add.Tensor", [out, lowering.values[bias]], x_type, "shifted_out")
     return [out, mean, rstd]
 
 
@@ -742,7 +740,7 @@ def _select_scatter(lowering: Lowering, node: torch.fx.Node) -> Ref:
     rows = list(src.meta["val"].shape)
     rows.insert(dim, 1)
     unsqueezed = lowering.emit_op(node, "aten::unsqueeze", [lowering.values[src], dim],
-                                  type_text=f"{DTYPES[src.meta['val'].dtype]}[{','.join(map(str, rows))}]",
+                                  type_text=_tensor_type(DTYPES[src.meta['val'].dtype], rows),
                                   hint="row")
     return lowering.emit_op(node, "aten::index_copy", [lowering.values[self_node], dim, positions, unsqueezed])
 
@@ -792,7 +790,7 @@ def _index(lowering: Lowering, node: torch.fx.Node) -> Ref:
     if flat == out_shape:
         return lowering.emit_op(node, "aten::index_select", [lowering.values[self_node], dim, positions])
     selected = lowering.emit_op(node, "aten::index_select", [lowering.values[self_node], dim, positions],
-                                type_text=f"{dtype}[{','.join(map(str, flat))}]", hint="selected")
+                                type_text=_tensor_type(dtype, flat), hint="selected")
     return lowering.emit_op(node, "aten::reshape", [selected, out_shape])
 
 
@@ -821,7 +819,7 @@ def _index_put(lowering: Lowering, node: torch.fx.Node) -> Ref:
         # into the one that made the values).
         fill = "aten::reshape" if math.prod(given) == math.prod(rows) else "aten::expand"
         source = lowering.emit_op(node, fill, [source, rows],
-                                  type_text=f"{dtype}[{','.join(map(str, rows))}]", hint="rows")
+                                  type_text=_tensor_type(dtype, rows), hint="rows")
     return lowering.emit_op(node, "aten::index_copy", [lowering.values[self_node], dim, positions, source])
 
 
