@@ -455,7 +455,8 @@ void bind_graph(nb::module_& m) {
                         "run SPMD. Use it in a `with` block, or close() it; runtimes end in reverse order.")
       .def_static(
           "local", [](int64_t n) { return new PyRuntime(Runtime::local(n)); }, "num_devices"_a,
-          "num_devices in-process devices, one thread each.")
+          "num_devices in-process devices, one thread each; with more than one, device d's thread is pinned to\n"
+          "the (d mod n)-th of the n CPUs this process may use (SHARDFLOW_PIN_DEVICES=0: not pinned).")
       .def_static(
           "mpi",
           [](double collective_timeout_s) {

@@ -5,10 +5,16 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <numeric>
+#include <optional>
 #include <set>
+#include <string>
 #include <thread>
 
 #include "runtime_test_util.h"
@@ -212,6 +218,86 @@ TEST_F(Runtime, RunsKernelsSingleThreaded) {
     EXPECT_EQ(sf::kernel_threads(), 1);
   }
   EXPECT_EQ(sf::kernel_threads(), before);
+}
+
+std::vector<int> cpus_of(pthread_t thread) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  EXPECT_EQ(pthread_getaffinity_np(thread, sizeof(set), &set), 0);
+  std::vector<int> cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  }
+  return cpus;
+}
+
+// Sets an environment variable for one scope, then restores it.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      setenv(name_, old_->c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+// The CPU each device thread may run on, by device.
+std::vector<std::vector<int>> device_cpus(sf::Runtime& rt) {
+  std::vector<std::vector<int>> cpus(static_cast<std::size_t>(rt.num_devices()));
+  rt.run([&](int64_t device, sf::Communicator&) { cpus[static_cast<std::size_t>(device)] = cpus_of(pthread_self()); });
+  return cpus;
+}
+
+// Device threads are pinned round-robin over the CPUs the process may use
+// (so the scheduler cannot stack devices that wait on each other on one
+// core); SHARDFLOW_PIN_DEVICES=0 leaves them unpinned; the caller's own
+// affinity is untouched.
+TEST_F(Runtime, PinsEachDeviceThreadToOneOfTheAllowedCpus) {
+  const std::vector<int> allowed = cpus_of(pthread_self());
+  if (allowed.size() < 2) GTEST_SKIP() << "pinning needs at least 2 CPUs; this process may use " << allowed.size();
+  const int64_t devices = static_cast<int64_t>(allowed.size()) + 1;  // one more: the count wraps
+  {
+    sf::Runtime rt = sf::Runtime::local(devices);
+    const auto cpus = device_cpus(rt);
+    for (int64_t d = 0; d < devices; ++d) {
+      EXPECT_EQ(cpus[static_cast<std::size_t>(d)],
+                std::vector<int>{allowed[static_cast<std::size_t>(d) % allowed.size()]})
+          << "device " << d;
+    }
+    EXPECT_EQ(cpus_of(pthread_self()), allowed);
+  }
+  {
+    ScopedEnv off("SHARDFLOW_PIN_DEVICES", "0");
+    sf::Runtime rt = sf::Runtime::local(devices);
+    for (const auto& cpus : device_cpus(rt)) EXPECT_EQ(cpus, allowed);
+  }
+  {
+    sf::Runtime rt = sf::Runtime::local(1);  // one device: its kernels' pool has the cores
+    EXPECT_EQ(device_cpus(rt)[0], allowed);
+  }
+}
+
+TEST_F(Runtime, RejectsABadPinningSetting) {
+  const int threads_before = sf::kernel_threads();
+  const auto devices_before = sf::global_device_count();
+  ScopedEnv bad("SHARDFLOW_PIN_DEVICES", "yes");
+  EXPECT_THAT([] { sf::Runtime::local(2); },
+              testing::ThrowsMessage<sf::Error>(testing::HasSubstr(
+                  "SHARDFLOW_PIN_DEVICES must be 1 (pin each device thread to a CPU) or 0 (do not), got 'yes'")));
+  EXPECT_EQ(sf::kernel_threads(), threads_before);
+  EXPECT_EQ(sf::global_device_count(), devices_before);
 }
 
 // Many small collectives on overlapping groups, to shake out races (run this

@@ -61,7 +61,11 @@ struct MpiOptions {
 class Runtime {
  public:
   // `num_devices` in-process devices, each with its own persistent thread,
-  // communicating through shared memory.
+  // communicating through shared memory. With more than one device, device
+  // d's thread is pinned to the (d mod n)-th of the n CPUs in the calling
+  // thread's affinity mask (as mpiexec binds ranks); the environment variable
+  // SHARDFLOW_PIN_DEVICES=0 leaves the threads unpinned, any value other than
+  // 0 or 1 is an Error.
   static Runtime local(int64_t num_devices);
 
   // One device per MPI rank: the job's world size is the device count, and

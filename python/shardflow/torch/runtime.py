@@ -1,7 +1,10 @@
 """PyTorch/XLA's ``torch_xla.runtime`` (``xr``) names on shardflow.
 
 ``use_spmd(devices=N)`` starts N in-process devices (or, under ``mpirun``, one
-device per MPI rank); compiled graphs then run on them.
+device per MPI rank); compiled graphs then run on them. In-process devices
+are pinned one per CPU of the process's affinity mask, round-robin
+(``SHARDFLOW_PIN_DEVICES=0`` before ``use_spmd`` leaves them unpinned: see
+the README's "Device threads are pinned").
 
 While more than one device runs on this host, torch's own ops run on one
 thread (``torch.set_num_threads(1)``; ``shutdown()`` gives back the count it
