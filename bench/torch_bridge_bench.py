@@ -97,6 +97,10 @@ def bench(config: str, mesh_shape: tuple[int, ...], rounds: int, steps: int, seq
                 g = showcase.generate(eager, eager, prompt, steps)
                 results[name].append(rates(g, batch, len(prompt_ids)))
             torch.set_num_threads(threads)
+            # torch's OpenMP workers spin on the cores for a while after their
+            # last op; the next round's first run (the bridge's prefill) would
+            # share the cores with them: 790 instead of 1460 tok/s (stories15M, Zen 2).
+            time.sleep(0.5)
     xr.shutdown()
     torch._dynamo.reset()
     return {name: (statistics.median(p for p, _ in rs), statistics.median(d for _, d in rs),
