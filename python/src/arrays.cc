@@ -83,7 +83,7 @@ nb::dlpack::dtype dlpack_dtype(DType dtype) {
   return nb::dtype<float>();  // unreachable: the switch covers every dtype
 }
 
-DenseTensor borrow_array(const InputArray& array) {
+DenseTensor borrow_array(const InputArray& array, DenseTensor::Access access) {
   const DType dtype = dtype_from_dlpack(array.dtype());
   Shape shape;
   for (std::size_t d = 0; d < array.ndim(); ++d) shape.push_back(static_cast<int64_t>(array.shape(d)));
@@ -97,7 +97,7 @@ DenseTensor borrow_array(const InputArray& array) {
         nb::gil_scoped_acquire gil;
         delete kept;
       });
-  return DenseTensor::borrow(dtype, std::move(shape), std::move(owner));
+  return DenseTensor::borrow(dtype, std::move(shape), std::move(owner), access);
 }
 
 // A capsule that keeps the tensor's buffer alive for an array viewing it.

@@ -21,7 +21,7 @@ nb::dlpack::dtype dlpack_dtype(DType dtype);
 
 // Views the array's memory; the array stays alive as long as the tensor (or
 // any view of its buffer) does.
-DenseTensor borrow_array(const InputArray& array);
+DenseTensor borrow_array(const InputArray& array, DenseTensor::Access access = DenseTensor::Access::kReadOnly);
 
 // A read-only NumPy array viewing the tensor's buffer (bf16 has no NumPy
 // dtype: an error says to use DLPack instead).

@@ -535,6 +535,22 @@ void bind_tensor(nb::module_& m) {
       "A tensor viewing the memory of a NumPy array, torch CPU tensor or any DLPack / buffer-protocol array, "
       "without a copy (arrays that are not row-major are copied once).");
   m.def(
+      "_from_dlpack_writable",
+      [](const InputArray& array) { return Tensor(borrow_array(array, DenseTensor::Access::kWritable)); }, "array"_a,
+      "from_dlpack, but a program this tensor is donated to may write its results into the memory it views (the "
+      "torch bridge's in-place update of a KV cache on one device).");
+  m.def(
+      "_data_address",
+      [](const Tensor& t) -> uintptr_t {
+        if (t.is_meta() || t.is_traced()) return 0;
+        if (!t.sharding()) return reinterpret_cast<uintptr_t>(t.value().data());
+        const std::vector<LocalShard> shards = t.local_shards();
+        return shards.size() == 1 && shards[0].whole ? reinterpret_cast<uintptr_t>(shards[0].data.data()) : 0;
+      },
+      "t"_a,
+      "The address of the first element of a tensor held whole in one buffer (unsharded, or laid out on one "
+      "device); else 0.");
+  m.def(
       "_put_rows_into",
       [](const std::vector<std::tuple<Tensor, int64_t, Tensor, Tensor>>& writes) {
         nb::gil_scoped_release release;  // sharded operands are gathered on the devices

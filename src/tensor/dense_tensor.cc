@@ -188,7 +188,7 @@ DenseTensor DenseTensor::empty(DType dtype, Shape shape) {
   return tensor;
 }
 
-DenseTensor DenseTensor::borrow(DType dtype, Shape shape, std::shared_ptr<std::byte> owner) {
+DenseTensor DenseTensor::borrow(DType dtype, Shape shape, std::shared_ptr<std::byte> owner, Access access) {
   DenseTensor tensor;
   tensor.dtype_ = dtype;
   tensor.numel_ = shardflow::numel(shape);
@@ -200,6 +200,7 @@ DenseTensor DenseTensor::borrow(DType dtype, Shape shape, std::shared_ptr<std::b
   }
   tensor.buffer_ = std::move(owner);
   tensor.borrowed_ = true;
+  tensor.writable_ = access == Access::kWritable;
   return tensor;
 }
 

@@ -306,10 +306,10 @@ Tensor donate(const Tensor& tensor, const std::string& to) {
     taken->sharding = impl->sharding;
     taken->layout = impl->layout;
     taken->shards = std::exchange(impl->shards, {});
-  } else if (impl->value && !impl->value->is_borrowed()) {
+  } else if (impl->value && impl->value->is_writable()) {
     taken->value = std::exchange(impl->value, std::nullopt);
   } else {
-    return Tensor();  // nothing of its own to give (another library's memory)
+    return Tensor();  // nothing of its own to give (another library's memory, read-only)
   }
   impl->donated_to = to;
   return Tensor(std::move(taken));

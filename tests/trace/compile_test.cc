@@ -306,6 +306,31 @@ TEST(Compile, DonatedInputIsUpdatedInPlaceAndUsedUp) {
   EXPECT_EQ(result.to_floats(), (std::vector<float>{0, 0, 7, 8, 0, 0}));
 }
 
+// Another library's memory (a torch tensor): a donated read-only view is
+// never written (the step copies it), a donated writable view is updated
+// where it lies, as the torch bridge's one-device KV caches are.
+TEST(Compile, DonatedBorrowedMemoryIsWrittenOnlyWhenWritable) {
+  sf::CompiledFunction step(
+      [](const std::vector<sf::Tensor>& in) {
+        return std::vector<sf::Tensor>{sf::index_copy(in[0], 0, in[1], in[2])};
+      },
+      "borrowed_cache_update");
+  step.donate_inputs({0});
+  const sf::Tensor index = sf::Tensor::from_ints(std::vector<int64_t>{0}, {1});
+  const sf::Tensor row = sf::Tensor::from_floats(std::vector<float>{7, 8}, {1, 2});
+  for (const auto access : {sf::DenseTensor::Access::kReadOnly, sf::DenseTensor::Access::kWritable}) {
+    std::vector<float> memory(4, 0.0f);
+    std::shared_ptr<std::byte> owner(reinterpret_cast<std::byte*>(memory.data()), [](std::byte*) {});
+    std::vector<sf::Tensor> inputs{
+        sf::Tensor(sf::DenseTensor::borrow(sf::DType::kF32, {2, 2}, std::move(owner), access)), index, row};
+    const sf::Tensor updated = step.call(inputs)[0];
+    EXPECT_EQ(updated.to_floats(), (std::vector<float>{7, 8, 0, 0}));
+    const bool writable = access == sf::DenseTensor::Access::kWritable;
+    EXPECT_EQ(updated.value().data_as<float>() == memory.data(), writable);
+    EXPECT_EQ(memory, writable ? (std::vector<float>{7, 8, 0, 0}) : std::vector<float>(4, 0.0f));
+  }
+}
+
 // Views on the way (a reshape here; transposes of size-1 dims in LLaMA's
 // cache updates) run without a kernel and pass the donated buffer on, so the
 // update still happens in place; a kept handle still sees no change.

@@ -21,11 +21,17 @@ class DenseTensor {
   // Uninitialised contents.
   static DenseTensor empty(DType dtype, Shape shape);
   static DenseTensor zeros(DType dtype, Shape shape);
+  // Whether kernels may write into borrowed memory (see borrow()).
+  enum class Access { kReadOnly, kWritable };
   // Views memory that something else owns (a NumPy array, a torch tensor)
   // without copying: `owner` keeps it alive and its pointer is the first
-  // element, row-major, aligned to the element size. shardflow never writes
-  // into such a buffer: kernels do not reuse it for their results.
-  static DenseTensor borrow(DType dtype, Shape shape, std::shared_ptr<std::byte> owner);
+  // element, row-major, aligned to the element size. Read-only: shardflow
+  // never writes into it, kernels do not reuse it for their results.
+  // Writable: the owner lets it be used as an owned buffer, so a kernel that
+  // holds the only handle may write its result into it (the torch bridge
+  // feeds a KV cache that a graph updates in place this way).
+  static DenseTensor borrow(DType dtype, Shape shape, std::shared_ptr<std::byte> owner,
+                            Access access = Access::kReadOnly);
 
   DType dtype() const { return dtype_; }
   const Shape& shape() const { return shape_; }
@@ -53,7 +59,9 @@ class DenseTensor {
   // kernel whose operand is the sole owner may write its result into it: the
   // interpreter hands over an intermediate at its last use that way, so an
   // update of a donated buffer (a KV cache) needs no copy.
-  bool is_sole_owner() const { return buffer_ != nullptr && !borrowed_ && buffer_.use_count() == 1; }
+  bool is_sole_owner() const { return buffer_ != nullptr && is_writable() && buffer_.use_count() == 1; }
+  // Kernels may write into it: its own memory, or borrowed as writable.
+  bool is_writable() const { return !borrowed_ || writable_; }
   // Views memory another library owns (borrow()).
   bool is_borrowed() const { return borrowed_; }
 
@@ -63,6 +71,7 @@ class DenseTensor {
   int64_t numel_ = 0;
   std::shared_ptr<std::byte> buffer_;
   bool borrowed_ = false;
+  bool writable_ = false;  // borrowed with Access::kWritable
 };
 
 }  // namespace shardflow

@@ -274,7 +274,7 @@ const Graph& compiled_graph(const Compiled<F>& fn) {
 // new handle, so that a run fed that handle alone may update them in place
 // (a donated KV cache). `tensor` is used up: any later use of it is an error
 // naming `to`. An undefined Tensor (nothing taken) when `tensor` has no
-// buffers of its own (shape-only, traced, or viewing another library's memory).
+// buffers it may give (shape-only, traced, or viewing another library's memory read-only).
 Tensor donate(const Tensor& tensor, const std::string& to);
 
 }  // namespace shardflow
