@@ -111,17 +111,21 @@ class CompiledGraph:
         return entry
 
     def __call__(self, args: list[Any]) -> list[torch.Tensor]:
-        inputs, shardings = _state.as_inputs(args, self.written, _refuse_non_tensor)
+        inputs, shardings, in_place = _state.as_inputs(args, self.written, _refuse_non_tensor)
         prepared = self.prepare(shardings)
-        adopted = [(index, sharding) for index, sharding, written in prepared.adopt
+        adopted = [(index, sharding, written) for index, sharding, written in prepared.adopt
                    if written or (isinstance(args[index], torch.nn.Parameter) and not args[index].is_complex())]
         if adopted:
             # The model's state the user did not mark (its weights, a KV
             # cache) keeps the layout propagation chose, as PyTorch/XLA keeps
             # device data between calls: laid out once here, then fed as it
             # is (a cache updated in place), not split or copied per call.
-            for index, sharding in adopted:
-                inputs[index] = _state.lay_out(args[index], sharding)
+            for index, sharding, written in adopted:
+                if written and len(sharding.mesh.device_ids) == 1 and not args[index].is_complex():
+                    inputs[index] = _state.keep_in_place(args[index], sharding)
+                    in_place.append(index)
+                else:
+                    inputs[index] = _state.lay_out(args[index], sharding)
                 shardings[index] = sharding
             prepared = self.prepare(shardings)
         written = [args[m.input_index] for m in prepared.mutations]
@@ -134,7 +138,7 @@ class CompiledGraph:
             raise
         del inputs
         results = [torch.from_dlpack(out) for out in outputs[:prepared.num_user_outputs]]
-        _write_back(prepared.mutations, written, outputs)
+        _write_back(prepared.mutations, written, outputs, in_place)
         for mutation, tensor in zip(prepared.mutations, written):
             if mutation.state_output is not None:
                 _state.set_sharded(tensor, outputs[mutation.state_output], shardings[mutation.input_index])
@@ -157,12 +161,21 @@ def _adoptable(chosen: list[sf.Sharding], given: list[sf.Sharding | None],
             and (i in written or any(sharding.dim_axes))]
 
 
-def _write_back(mutations: list[_mutation.Mutation], written: list[torch.Tensor], outputs: list[sf.Tensor]) -> None:
+def _write_back(mutations: list[_mutation.Mutation], written: list[torch.Tensor], outputs: list[sf.Tensor],
+                in_place: list[int]) -> None:
     """Brings the torch tensors the graph wrote up to date, in order. Row
     writes into their memory go to shardflow in one call; others are
-    replayed with torch ops."""
+    replayed with torch ops. A tensor fed its own memory (`in_place`) holds
+    its new value already when the run wrote it there; otherwise the run may
+    have used that memory for a step on the way (the old value's last use),
+    so the whole new value is copied in."""
     rows: list[tuple] = []
     for mutation, tensor in zip(mutations, written):
+        if mutation.input_index in in_place:
+            new_value = outputs[mutation.state_output]
+            if sf._core._data_address(new_value) != tensor.data_ptr():
+                tensor.copy_(torch.from_dlpack(new_value))
+            continue
         direct = mutation.rows_into(tensor, outputs)
         if direct is not None:
             rows += direct

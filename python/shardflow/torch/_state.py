@@ -29,6 +29,9 @@ class _Entry:
     version: int  # the torch tensor's _version when `sharded` held its values
     sharded: sf.Tensor
     sharding: sf.Sharding  # kept apart: `sharded` may be used up (donated to a run that failed)
+    # One device holds the whole tensor: a graph that writes it is fed the
+    # torch tensor's own memory and updates it there (see as_inputs).
+    one_device: bool = False
 
 
 _entries: dict[int, _Entry] = {}
@@ -48,9 +51,16 @@ def set_sharded(t: torch.Tensor, sharded: sf.Tensor, sharding: sf.Sharding | Non
     key = id(t)
     entry = _entries.get(key)
     if entry is not None and entry.tensor() is t:
+        if entry.sharding is not sharding:
+            entry.one_device = _on_one_device(sharding)
         entry.version, entry.sharded, entry.sharding = t._version, sharded, sharding
         return
-    _entries[key] = _Entry(weakref.ref(t, lambda _: _entries.pop(key, None)), t._version, sharded, sharding)
+    _entries[key] = _Entry(weakref.ref(t, lambda _: _entries.pop(key, None)), t._version, sharded, sharding,
+                           _on_one_device(sharding))
+
+
+def _on_one_device(sharding: sf.Sharding) -> bool:
+    return len(sharding.mesh.device_ids) == 1
 
 
 def lay_out(t: torch.Tensor, sharding: sf.Sharding) -> sf.Tensor:
@@ -95,19 +105,33 @@ def sharding_of(t: torch.Tensor) -> sf.Sharding | None:
     return entry.sharding if entry is not None and entry.tensor() is t else None
 
 
-def as_inputs(args: list, written: frozenset[int],
-              refuse: Callable[[object], NoReturn]) -> tuple[list[sf.Tensor], list[sf.Sharding | None]]:
+def as_inputs(args: list, written: frozenset[int], refuse: Callable[[object], NoReturn]
+              ) -> tuple[list[sf.Tensor], list[sf.Sharding | None], list[int]]:
     """What a compiled graph is fed for its arguments, and their shardings: a
     marked tensor's shards, laid out again if it changed since (see
-    `sharded`); any other tensor viewed without a copy. `written`: the
-    positions the graph writes in place. `refuse(arg)` raises for an argument
-    that is not a tensor. One loop, run on every call: it is kept flat."""
+    `sharded`; one the graph writes is laid out by the run); any other tensor
+    viewed without a copy. `written`: the positions the graph writes in
+    place. Third: the written positions fed their torch tensor's own memory
+    to write in place (see `writable_view`). `refuse(arg)` raises for an
+    argument that is not a tensor. One loop, run on every call: it is kept flat."""
     inputs: list[sf.Tensor] = []
     shardings: list[sf.Sharding | None] = []
+    in_place: list[int] = []
     for i, t in enumerate(args):
         entry = _entries.get(id(t))
         if entry is not None and entry.tensor() is t:
-            inputs.append(_current_shards(entry, t, 1 if i in written else 0))
+            if i not in written:
+                inputs.append(_current_shards(entry, t, 0))
+            elif entry.one_device and not t.is_complex():
+                inputs.append(writable_view(t))
+                in_place.append(i)
+            elif entry.version + 1 != t._version:
+                # Written outside shardflow since (``cache.zero_()``): fed
+                # whole, so the run's devices copy their own tiles in parallel,
+                # and the new shards the run returns become the tensor's.
+                inputs.append(to_shardflow(t))
+            else:
+                inputs.append(entry.sharded)
             shardings.append(entry.sharding)
             continue
         if not isinstance(t, torch.Tensor):
@@ -115,7 +139,22 @@ def as_inputs(args: list, written: frozenset[int],
         # A complex input is fed as its real view (the graph splits the parts).
         inputs.append(to_shardflow(torch.view_as_real(t) if t.is_complex() else t))
         shardings.append(None)
-    return inputs, shardings
+    return inputs, shardings, in_place
+
+
+def writable_view(t: torch.Tensor) -> sf.Tensor:
+    """t's own memory, for a graph that writes t on one device: donated to the
+    run, it is updated where it lies, so t needs no copy of its new value
+    (nor, after ``t.zero_()``, a new layout). A KV cache is then held once,
+    not twice."""
+    return sf._core._from_dlpack_writable(t.detach())
+
+
+def keep_in_place(t: torch.Tensor, sharding: sf.Sharding) -> sf.Tensor:
+    """Keeps `sharding` (of one device) for t, which a graph writes, without
+    a copy of it: returns t's writable view for this call."""
+    set_sharded(t, to_shardflow(t), sharding)
+    return writable_view(t)
 
 
 @dataclass
