@@ -556,22 +556,44 @@ def test_several_devices_take_torchs_threads_down_to_one_until_shutdown(monkeypa
         torch.set_num_threads(before)
 
 
-@pytest.mark.parametrize("devices, policy", [(1, None), (2, "PASSIVE")])
-def test_torchs_threads_stay_for_one_device_or_passive_openmp_workers(monkeypatch, recwarn, devices, policy):
+def test_one_device_on_several_kernel_threads_takes_torchs_threads_down_too(monkeypatch):
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    xr.shutdown()
+    before, kernels_before = torch.get_num_threads(), sf.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        sf.set_num_threads(2)
+        with pytest.warns(RuntimeWarning, match="runs one device's kernels on 2 threads here: torch's own ops now "
+                                                "run on 1 thread \\(was 2\\)"):
+            xr.use_spmd(devices=1)
+        assert torch.get_num_threads() == 1
+        xr.shutdown()
+        assert torch.get_num_threads() == 2
+    finally:
+        xr.shutdown()
+        torch.set_num_threads(before)
+        sf.set_num_threads(kernels_before)
+
+
+@pytest.mark.parametrize("devices, kernel_threads, policy", [(1, 1, None), (2, 1, "PASSIVE"), (1, 2, "passive")])
+def test_torchs_threads_stay_for_a_single_thread_or_passive_openmp_workers(monkeypatch, recwarn, devices,
+                                                                           kernel_threads, policy):
     if policy is None:
         monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     else:
         monkeypatch.setenv("OMP_WAIT_POLICY", policy)
     xr.shutdown()
-    before = torch.get_num_threads()
+    before, kernels_before = torch.get_num_threads(), sf.get_num_threads()
     try:
         torch.set_num_threads(2)
+        sf.set_num_threads(kernel_threads)
         xr.use_spmd(devices=devices)
         assert torch.get_num_threads() == 2
         assert not [w for w in recwarn if "torch's own ops" in str(w.message)]
     finally:
         xr.shutdown()
         torch.set_num_threads(before)
+        sf.set_num_threads(kernels_before)
 
 
 class TorchOpsRmsNorm(nn.Module):
