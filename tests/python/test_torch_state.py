@@ -73,6 +73,18 @@ def test_writes_to_a_cache_match_eager_pytorch(spmd, write, spec):
     compare([write], spec, 4, (2, 2))
 
 
+@pytest.mark.parametrize("write", sorted(WRITES))
+def test_on_one_device_a_cache_is_written_in_its_own_memory(spmd, write):
+    """A one-device graph is fed the cache's torch memory: row writes land
+    there (nothing copied back, the cache held once). A new value the run
+    may compute elsewhere (a product, a copy of a sum) is copied in whole:
+    `compare` checks the values after every call."""
+    spmd(1)
+    model = compare([write], (None, "x", "y"), 1, (1, 1))
+    if write not in ("scaled_whole", "copied_whole"):
+        assert sf._core._data_address(_state.sharded(model.cache)) == model.cache.data_ptr()
+
+
 def test_several_writes_in_one_call_on_an_uneven_sharded_dim(spmd):
     spmd(4)  # 6 positions over 4 devices: the last shard is padded
     compare(["index_copy_", "setitem_nested_slices", "setitem_int_position", "negative_tensor_position"],
