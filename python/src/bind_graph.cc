@@ -455,8 +455,8 @@ void bind_graph(nb::module_& m) {
                         "run SPMD. Use it in a `with` block, or close() it; runtimes end in reverse order.")
       .def_static(
           "local", [](int64_t n) { return new PyRuntime(Runtime::local(n)); }, "num_devices"_a,
-          "num_devices in-process devices, one thread each; with more than one, device d's thread is pinned to\n"
-          "the (d mod n)-th of the n CPUs this process may use (SHARDFLOW_PIN_DEVICES=0: not pinned).")
+          "num_devices in-process devices, one thread each; with at least as many devices as the n CPUs this\n"
+          "process may use, device d's thread is pinned to the (d mod n)-th (SHARDFLOW_PIN_DEVICES: auto, 1, 0).")
       .def_static(
           "mpi",
           [](double collective_timeout_s) {

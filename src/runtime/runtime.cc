@@ -5,14 +5,14 @@
 // reports that it finished; run() waits for all of them and rethrows the
 // first error.
 //
-// With more than one device, each device thread is pinned to one of the CPUs
-// the process may use (device d to the (d mod n)-th). Unpinned, Linux's
-// wake-up placement kept the two device threads of a (1,1,2) mesh, which
-// wake each other at every collective, on one of the 2 cores of the AMD
-// EPYC (Zen 2) VM for most of a run: each slept in ~15 barriers per decode
-// step, and stories15M decoded at 300 tok/s against 460 pinned (MPI ranks,
-// which mpiexec binds: 466). Eight devices on the 2 cores: 460-505 against
-// 547-560.
+// With at least as many devices as CPUs the process may use, each device
+// thread is pinned to one of them (device d to the (d mod n)-th). Unpinned,
+// Linux's wake-up placement kept the two device threads of a (1,1,2) mesh,
+// which wake each other at every collective, on one of the 2 cores of the
+// AMD EPYC (Zen 2) VM for most of a run: each slept in ~15 barriers per
+// decode step, and stories15M decoded at 300 tok/s against 460 pinned (MPI
+// ranks, which mpiexec binds: 466). Eight devices on the 2 cores: 460-505
+// against 547-560.
 #include "shardflow/runtime/runtime.h"
 
 #include <fmt/format.h>
@@ -40,16 +40,32 @@ namespace shardflow {
 
 namespace {
 
-// SHARDFLOW_PIN_DEVICES: 1 (the default) pins device threads, 0 leaves them
-// to the scheduler (for processes that share a machine's CPUs).
-bool pinning_wanted() {
+// SHARDFLOW_PIN_DEVICES: "auto" (the default) pins device threads when
+// there are at least as many devices as CPUs to put them on (every CPU then
+// has a device; with CPUs to spare the scheduler finds idle ones itself, and
+// two processes pinned to the same first CPUs would halve each other), "1"
+// always pins them, "0" never.
+enum class Pinning { kAuto, kAlways, kNever };
+
+Pinning pinning_setting() {
   const char* text = std::getenv("SHARDFLOW_PIN_DEVICES");
-  if (text == nullptr || *text == '\0') return true;
+  if (text == nullptr || *text == '\0') return Pinning::kAuto;
   const std::string_view value(text);
-  if (value == "1") return true;
-  if (value == "0") return false;
-  throw Error(
-      fmt::format("SHARDFLOW_PIN_DEVICES must be 1 (pin each device thread to a CPU) or 0 (do not), got '{}'", value));
+  if (value == "auto") return Pinning::kAuto;
+  if (value == "1") return Pinning::kAlways;
+  if (value == "0") return Pinning::kNever;
+  throw Error(fmt::format(
+      "SHARDFLOW_PIN_DEVICES must be auto (pin device threads when there are at least as many devices as CPUs), "
+      "1 (always pin them) or 0 (never), got '{}'",
+      value));
+}
+
+// The CPUs device threads are pinned to (device d to the (d mod n)-th), or
+// none.
+std::vector<int> device_cpus(int64_t num_devices, const std::vector<int>& allowed, Pinning pinning) {
+  if (num_devices < 2 || allowed.size() < 2 || pinning == Pinning::kNever) return {};
+  if (pinning == Pinning::kAuto && num_devices < static_cast<int64_t>(allowed.size())) return {};
+  return allowed;
 }
 
 // The CPUs this thread may run on, in increasing order.
@@ -121,8 +137,7 @@ class LocalRuntime final : public Runtime::Impl {
 
 LocalRuntime::LocalRuntime(int64_t num_devices) : world_(num_devices), previous_device_count_(global_device_count()) {
   // Read first: a bad setting throws before anything global is changed.
-  if (num_devices > 1 && pinning_wanted()) device_cpus_ = allowed_cpus();
-  if (device_cpus_.size() < 2) device_cpus_.clear();  // one CPU: nothing to place
+  device_cpus_ = device_cpus(num_devices, allowed_cpus(), pinning_setting());
   if (num_devices > 1) {
     // The device threads are the parallelism: kernels run in each of them
     // single-threaded instead of starting their own pools on the same cores.

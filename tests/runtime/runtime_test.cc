@@ -260,10 +260,11 @@ std::vector<std::vector<int>> device_cpus(sf::Runtime& rt) {
   return cpus;
 }
 
-// Device threads are pinned round-robin over the CPUs the process may use
-// (so the scheduler cannot stack devices that wait on each other on one
-// core); SHARDFLOW_PIN_DEVICES=0 leaves them unpinned; the caller's own
-// affinity is untouched.
+// With at least as many devices as CPUs, device threads are pinned
+// round-robin over the CPUs the process may use (so the scheduler cannot
+// stack devices that wait on each other on one core); with CPUs to spare
+// they are not, unless SHARDFLOW_PIN_DEVICES=1; =0 never pins; the caller's
+// own affinity is untouched.
 TEST_F(Runtime, PinsEachDeviceThreadToOneOfTheAllowedCpus) {
   const std::vector<int> allowed = cpus_of(pthread_self());
   if (allowed.size() < 2) GTEST_SKIP() << "pinning needs at least 2 CPUs; this process may use " << allowed.size();
@@ -287,6 +288,16 @@ TEST_F(Runtime, PinsEachDeviceThreadToOneOfTheAllowedCpus) {
     sf::Runtime rt = sf::Runtime::local(1);  // one device: its kernels' pool has the cores
     EXPECT_EQ(device_cpus(rt)[0], allowed);
   }
+  if (allowed.size() < 3) return;  // fewer devices than CPUs needs 2 devices on 3 or more
+  {
+    sf::Runtime rt = sf::Runtime::local(2);
+    for (const auto& cpus : device_cpus(rt)) EXPECT_EQ(cpus, allowed);
+  }
+  {
+    ScopedEnv always("SHARDFLOW_PIN_DEVICES", "1");
+    sf::Runtime rt = sf::Runtime::local(2);
+    EXPECT_EQ(device_cpus(rt), (std::vector<std::vector<int>>{{allowed[0]}, {allowed[1]}}));
+  }
 }
 
 TEST_F(Runtime, RejectsABadPinningSetting) {
@@ -295,7 +306,8 @@ TEST_F(Runtime, RejectsABadPinningSetting) {
   ScopedEnv bad("SHARDFLOW_PIN_DEVICES", "yes");
   EXPECT_THAT([] { sf::Runtime::local(2); },
               testing::ThrowsMessage<sf::Error>(testing::HasSubstr(
-                  "SHARDFLOW_PIN_DEVICES must be 1 (pin each device thread to a CPU) or 0 (do not), got 'yes'")));
+                  "SHARDFLOW_PIN_DEVICES must be auto (pin device threads when there are at least as many devices "
+                  "as CPUs), 1 (always pin them) or 0 (never), got 'yes'")));
   EXPECT_EQ(sf::kernel_threads(), threads_before);
   EXPECT_EQ(sf::global_device_count(), devices_before);
 }

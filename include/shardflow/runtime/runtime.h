@@ -61,11 +61,12 @@ struct MpiOptions {
 class Runtime {
  public:
   // `num_devices` in-process devices, each with its own persistent thread,
-  // communicating through shared memory. With more than one device, device
-  // d's thread is pinned to the (d mod n)-th of the n CPUs in the calling
-  // thread's affinity mask (as mpiexec binds ranks); the environment variable
-  // SHARDFLOW_PIN_DEVICES=0 leaves the threads unpinned, any value other than
-  // 0 or 1 is an Error.
+  // communicating through shared memory. With at least as many devices (and
+  // more than one) as the n CPUs in the calling thread's affinity mask,
+  // device d's thread is pinned to the (d mod n)-th of them (as mpiexec binds
+  // ranks). The environment variable SHARDFLOW_PIN_DEVICES chooses: auto (that,
+  // the default), 1 (pin whatever the count), 0 (never); anything else is an
+  // Error.
   static Runtime local(int64_t num_devices);
 
   // One device per MPI rank: the job's world size is the device count, and

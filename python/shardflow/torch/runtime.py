@@ -2,9 +2,9 @@
 
 ``use_spmd(devices=N)`` starts N in-process devices (or, under ``mpirun``, one
 device per MPI rank); compiled graphs then run on them. In-process devices
-are pinned one per CPU of the process's affinity mask, round-robin
-(``SHARDFLOW_PIN_DEVICES=0`` before ``use_spmd`` leaves them unpinned: see
-the README's "Device threads are pinned").
+at least as many as the CPUs of the process's affinity mask are pinned to
+them, round-robin (``SHARDFLOW_PIN_DEVICES``: ``auto``, ``1``, ``0``; see the
+README's "Device threads are pinned").
 
 While shardflow runs on more than one thread of this host (several devices,
 or one device whose kernels use several threads), torch's own ops run on one
