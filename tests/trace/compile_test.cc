@@ -270,17 +270,23 @@ TEST(Compile, SignatureGuardsSkipTheReplay) {
   EXPECT_EQ(step.stats().traces, 3);
 }
 
+// A step that writes rows of its input 0 at the positions in input 1 with
+// the rows of input 2 (a KV cache update).
+sf::CompiledFunction row_update_step(const std::string& name) {
+  return sf::CompiledFunction(
+      [](const std::vector<sf::Tensor>& in) {
+        return std::vector<sf::Tensor>{sf::index_copy(in[0], 0, in[1], in[2])};
+      },
+      name);
+}
+
 }  // namespace
 
 // donate_inputs: a sole handle moved into the call gives its buffer to the
 // step (the update happens in place, and the old handle is used up); a
 // shared handle keeps functional semantics.
 TEST(Compile, DonatedInputIsUpdatedInPlaceAndUsedUp) {
-  sf::CompiledFunction step(
-      [](const std::vector<sf::Tensor>& in) {
-        return std::vector<sf::Tensor>{sf::index_copy(in[0], 0, in[1], in[2])};
-      },
-      "cache_update");
+  sf::CompiledFunction step = row_update_step("cache_update");
   step.donate_inputs({0});
   const sf::Tensor index = sf::Tensor::from_ints(std::vector<int64_t>{1}, {1});
   const sf::Tensor row = sf::Tensor::from_floats(std::vector<float>{7, 8}, {1, 2});
@@ -310,11 +316,7 @@ TEST(Compile, DonatedInputIsUpdatedInPlaceAndUsedUp) {
 // never written (the step copies it), a donated writable view is updated
 // where it lies, as the torch bridge's one-device KV caches are.
 TEST(Compile, DonatedBorrowedMemoryIsWrittenOnlyWhenWritable) {
-  sf::CompiledFunction step(
-      [](const std::vector<sf::Tensor>& in) {
-        return std::vector<sf::Tensor>{sf::index_copy(in[0], 0, in[1], in[2])};
-      },
-      "borrowed_cache_update");
+  sf::CompiledFunction step = row_update_step("borrowed_cache_update");
   step.donate_inputs({0});
   const sf::Tensor index = sf::Tensor::from_ints(std::vector<int64_t>{0}, {1});
   const sf::Tensor row = sf::Tensor::from_floats(std::vector<float>{7, 8}, {1, 2});

@@ -121,7 +121,7 @@ class CompiledGraph:
             # device data between calls: laid out once here, then fed as it
             # is (a cache updated in place), not split or copied per call.
             for index, sharding, written in adopted:
-                if written and len(sharding.mesh.device_ids) == 1 and not args[index].is_complex():
+                if written and _state.on_one_device(sharding) and not args[index].is_complex():
                     inputs[index] = _state.keep_in_place(args[index], sharding)
                     in_place.append(index)
                 else:

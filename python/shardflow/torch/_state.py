@@ -65,14 +65,15 @@ def set_sharded(t: torch.Tensor, sharded: sf.Tensor, sharding: sf.Sharding | Non
     entry = _entries.get(key)
     if entry is not None and entry.tensor() is t:
         if entry.sharding is not sharding:
-            entry.one_device = _on_one_device(sharding)
+            entry.one_device = on_one_device(sharding)
         entry.version, entry.sharded, entry.sharding = t._version, sharded, sharding
         return
     _entries[key] = _Entry(weakref.ref(t, lambda _: _entries.pop(key, None)), t._version, sharded, sharding,
-                           _on_one_device(sharding))
+                           on_one_device(sharding))
 
 
-def _on_one_device(sharding: sf.Sharding) -> bool:
+def on_one_device(sharding: sf.Sharding) -> bool:
+    """Whether the sharding's mesh is one device (which then holds the whole tensor)."""
     return len(sharding.mesh.device_ids) == 1
 
 
