@@ -551,6 +551,17 @@ void bind_tensor(nb::module_& m) {
       "The address of the first element of a tensor held whole in one buffer (unsharded, or laid out on one "
       "device); else 0.");
   m.def(
+      "_collapse_into_huge_pages",
+      [](const Tensor& t) {
+        if (t.is_meta() || t.is_traced() || t.sharding()) return false;
+        const DenseTensor value = t.value();
+        nb::gil_scoped_release release;  // the kernel copies every page it collapses
+        return value.collapse_into_huge_pages();
+      },
+      "t"_a,
+      "Moves the memory of a tensor held whole in one buffer (from_dlpack of a torch tensor) onto 2 MiB pages, "
+      "in place; whether the kernel did (see DenseTensor::collapse_into_huge_pages).");
+  m.def(
       "_put_rows_into",
       [](const std::vector<std::tuple<Tensor, int64_t, Tensor, Tensor>>& writes) {
         nb::gil_scoped_release release;  // sharded operands are gathered on the devices

@@ -204,6 +204,20 @@ DenseTensor DenseTensor::borrow(DType dtype, Shape shape, std::shared_ptr<std::b
   return tensor;
 }
 
+bool DenseTensor::collapse_into_huge_pages() const {
+#if defined(__linux__)
+  constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
+  constexpr int kCollapse = 25;  // MADV_COLLAPSE, which older C libraries do not name
+  const auto begin = reinterpret_cast<uintptr_t>(data());
+  const uintptr_t first = (begin + kHugePage - 1) / kHugePage * kHugePage;
+  const uintptr_t last = (begin + nbytes()) / kHugePage * kHugePage;
+  if (begin == 0 || last <= first) return false;
+  return madvise(reinterpret_cast<void*>(first), last - first, kCollapse) == 0;
+#else
+  return false;
+#endif
+}
+
 DenseTensor DenseTensor::zeros(DType dtype, Shape shape) {
   DenseTensor tensor = empty(dtype, std::move(shape));
   std::memset(tensor.data(), 0, tensor.nbytes());

@@ -1,8 +1,14 @@
 // DenseTensor buffers: the alignment kernels rely on, fresh and recycled;
 // sizes that do not fit.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
+#include <cerrno>
 #include <cstdint>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "shardflow/base/error.h"
@@ -31,6 +37,54 @@ TEST(DenseTensor, BuffersOf64KiBOrMoreStartOnAPage) {
       held.back().data_as<float>()[n - 1] = 1.0f;  // the whole size is there
     }
   }
+}
+
+// The kB of huge pages backing the mapping that holds `address`, from
+// /proc/self/smaps; -1 where that file cannot tell.
+int64_t huge_page_kib_around(uintptr_t where) {
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  while (std::getline(smaps, line)) {
+    uintptr_t begin = 0, end = 0;
+    char dash = 0;
+    std::istringstream range(line);
+    if (range >> std::hex >> begin >> dash >> end && dash == '-') {
+      inside = begin <= where && where < end;
+    } else if (inside && line.rfind("AnonHugePages:", 0) == 0) {
+      return std::stoll(line.substr(14));
+    }
+  }
+  return -1;
+}
+
+// Memory another library placed on 4 KiB pages, 64 bytes into a page as
+// torch places a large tensor, keeps its contents and addresses when moved
+// onto huge pages, which then back it.
+TEST(DenseTensor, BorrowedMemoryCollapsesIntoHugePagesInPlace) {
+  constexpr std::size_t kBytes = std::size_t{8} << 20;
+  void* region = mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(region, MAP_FAILED);
+  const std::shared_ptr<std::byte> mapping(static_cast<std::byte*>(region),
+                                           [](std::byte* p) { munmap(p, kBytes); });
+  const int64_t count = static_cast<int64_t>((kBytes - 64) / sizeof(float));
+  const std::shared_ptr<std::byte> first(mapping, mapping.get() + 64);
+  float* values = reinterpret_cast<float*>(first.get());
+  for (int64_t i = 0; i < count; ++i) values[i] = static_cast<float>(i % 9973) - 0.5f;
+
+  const sf::DenseTensor small = sf::DenseTensor::borrow(sf::DType::kF32, {1000}, first);
+  EXPECT_FALSE(small.collapse_into_huge_pages());  // no whole huge page inside
+
+  const sf::DenseTensor borrowed = sf::DenseTensor::borrow(sf::DType::kF32, {count}, first);
+  if (!borrowed.collapse_into_huge_pages()) {
+    GTEST_SKIP() << "the kernel does not collapse memory into huge pages here (errno " << errno << ")";
+  }
+  EXPECT_EQ(borrowed.data(), first.get());
+  for (int64_t i = 0; i < count; ++i) {
+    ASSERT_EQ(values[i], static_cast<float>(i % 9973) - 0.5f) << "element " << i;
+  }
+  // The 2 MiB pages wholly inside the 8 MiB (three or four of them).
+  EXPECT_GE(huge_page_kib_around(reinterpret_cast<uintptr_t>(region)), 3 * 2048);
 }
 
 }  // namespace
