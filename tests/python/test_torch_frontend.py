@@ -483,6 +483,99 @@ def test_unmarked_weights_split_by_propagation_are_laid_out_once(spmd, monkeypat
     assert xs.get_sharding(model.up.weight).v1 == "{devices=[4,1]0,1,2,3}"
 
 
+class TwoLinears(nn.Module):
+    def __init__(self, width: int = 8):
+        super().__init__()
+        self.up, self.down = nn.Linear(8, width), nn.Linear(width, 8, bias=False)
+
+    def forward(self, x):
+        return self.down(torch.relu(self.up(x)))
+
+
+def test_unmarked_weights_on_one_device_are_read_where_they_lie(spmd, monkeypatch):
+    """On one device the weights are kept as views of their own memory from
+    the first call on: no copy, no conversion per call, one compiled graph."""
+    spmd(1)
+    model = TwoLinears().eval()
+    inputs = [torch.randn(3, 8, generator=torch.Generator().manual_seed(seed)) for seed in range(3)]
+    with torch.no_grad():
+        expected = [model(x) for x in inputs]
+    layouts, views = [], []
+    real_layout, real_view = sft._state.sf.mark_sharding, sft._state.to_shardflow
+    monkeypatch.setattr(sft._state.sf, "mark_sharding", lambda *a, **k: layouts.append(a) or real_layout(*a, **k))
+    monkeypatch.setattr(sft._state, "to_shardflow", lambda t: views.append(t.shape) or real_view(t))
+    step, compiled_before = compiled(model), len(sft.compiled_graphs)
+    with torch.no_grad():
+        for i, x in enumerate(inputs):
+            torch.testing.assert_close(step(x), expected[i], rtol=1e-5, atol=1e-5)
+            if i == 0:
+                first_views = len(views)
+    assert layouts == []  # never copied
+    assert first_views == 4 + 3  # the first call views each input, then each weight once to keep it
+    assert views[first_views:] == [torch.Size([3, 8])] * 2  # later calls view only x
+    for p in model.parameters():
+        assert sf._core._data_address(sft._state.sharded(p)) == p.data_ptr()
+    assert len(sft.compiled_graphs) == compiled_before + 1
+    assert len({id(p.executable) for p in sft.compiled_graphs[-1].prepared.values()}) == 1  # compiled once
+
+
+@pytest.mark.parametrize("devices,marked", [(1, False), (2, True), (2, False)])
+@pytest.mark.parametrize("change", ["mul_", "data"])
+def test_a_weight_changed_between_calls_is_read_anew(spmd, devices, marked, change):
+    """A weight kept between calls (marked, or kept as propagation chose) is
+    read again once it changed: written in place (its _version moves on) or
+    given other memory by `p.data = new` (which leaves _version as it was)."""
+    spmd(devices)
+    model = TwoLinears().eval()
+    if marked:
+        xs.mark_sharding(model.up.weight, xs.Mesh(range(devices), (devices,), ("model",)), ("model", None))
+    x = torch.randn(3, 8)
+    step = compiled(model)
+    with torch.no_grad():
+        torch.testing.assert_close(step(x), model(x), rtol=1e-5, atol=1e-5)
+        for round in range(2):
+            for p in (model.up.weight, model.down.weight):
+                if change == "mul_":
+                    p.mul_(-2.0)
+                else:
+                    p.data = torch.randn(p.shape)
+            torch.testing.assert_close(step(x), model(x), rtol=1e-5, atol=1e-5, msg=lambda m: f"round {round}: {m}")
+
+
+def huge_page_kib_around(address: int) -> int:
+    """The kB of huge pages backing the mapping that holds `address` (/proc/self/smaps)."""
+    inside = False
+    for line in pathlib.Path("/proc/self/smaps").read_text().splitlines():
+        first = line.split(" ", 1)[0]
+        if "-" in first and not line.endswith(":") and ":" not in first:
+            begin, end = (int(v, 16) for v in first.split("-"))
+            inside = begin <= address < end
+        elif inside and line.startswith("AnonHugePages:"):
+            return int(line.split()[1])
+    return -1
+
+
+def test_weights_read_where_they_lie_are_moved_onto_huge_pages(spmd):
+    """torch places a large weight on 4 KiB pages; one read in place on every
+    call is moved onto 2 MiB pages (a decode step streams it faster), in place."""
+    spmd(1)
+    model = TwoLinears(width=1 << 18).eval()  # up.weight: 8 MiB
+    weight = model.up.weight
+    huge = 2 << 20
+    first, end = -(-weight.data_ptr() // huge) * huge, (weight.data_ptr() + weight.nbytes) // huge * huge
+    whole_pages, values = (end - first) // huge, weight.detach().clone()
+    if huge_page_kib_around(weight.data_ptr()) < 0:
+        pytest.skip("/proc/self/smaps is not readable here")
+    probe = sf.from_dlpack(torch.ones(1 << 20).numpy())
+    if not sf._core._collapse_into_huge_pages(probe):
+        pytest.skip("this kernel does not collapse memory into huge pages (Linux 6.1+ with huge pages on)")
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(model)(x), model(x), rtol=1e-4, atol=1e-4)
+    assert whole_pages >= 3 and huge_page_kib_around(weight.data_ptr()) >= whole_pages * 2048
+    assert torch.equal(weight.detach(), values)
+
+
 @pytest.mark.parametrize("devices", [1, 4])
 @pytest.mark.parametrize("shape,affine,bias", [((12,), True, True), ((12,), False, False), ((12,), True, False),
                                                ((3, 12), True, True)])

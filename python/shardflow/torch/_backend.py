@@ -14,6 +14,7 @@ a copy. Outputs come back as torch tensors.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import itertools
 import os
 import pathlib
@@ -95,20 +96,29 @@ class CompiledGraph:
         if (self.last is not None and runner == self._last_runner and len(shardings) == len(self._last_shardings)
                 and all(a is b for a, b in zip(shardings, self._last_shardings))):
             return self.last
-        key = (runner, tuple(None if s is None else (s.v1, str(s.mesh)) for s in shardings))
+        key = (runner, _layout_key(shardings))
         entry = self.prepared.get(key)
         if entry is None:
-            lowering = _lowering.lower(self.gm, shardings, self.name)
-            _dump(self.name, lowering.ir)
-            graph = sf.Graph.parse(lowering.ir)
-            constant_inputs = [_state.to_shardflow(c) for c in lowering.constants]
-            donate = [m.input_index for m in lowering.mutations if m.state_output is not None]
-            executable = sf.Executable(graph, shardings + [None] * len(constant_inputs))
-            adopt = _adoptable(executable.input_shardings, shardings, lowering.mutations)
-            entry = self.prepared[key] = Prepared(lowering.ir, executable, constant_inputs, lowering.num_user_outputs,
-                                                  lowering.mutations, donate, adopt)
+            layouts = _layouts_that_matter(shardings, self.written)
+            compiled_key = (runner, _layout_key(layouts))
+            compiled = self.prepared.get(compiled_key)
+            if compiled is None:
+                compiled = self.prepared[compiled_key] = self._compile(layouts)
+            # What to keep laid out depends on which inputs came unmarked.
+            adopt = _adoptable(compiled.executable.input_shardings, shardings, compiled.mutations)
+            entry = self.prepared[key] = dataclasses.replace(compiled, adopt=adopt)
         self.last, self._last_shardings, self._last_runner = entry, tuple(shardings), runner
         return entry
+
+    def _compile(self, layouts: list[sf.Sharding | None]) -> Prepared:
+        lowering = _lowering.lower(self.gm, layouts, self.name)
+        _dump(self.name, lowering.ir)
+        graph = sf.Graph.parse(lowering.ir)
+        constant_inputs = [_state.to_shardflow(c) for c in lowering.constants]
+        donate = [m.input_index for m in lowering.mutations if m.state_output is not None]
+        executable = sf.Executable(graph, layouts + [None] * len(constant_inputs))
+        return Prepared(lowering.ir, executable, constant_inputs, lowering.num_user_outputs, lowering.mutations,
+                        donate)
 
     def __call__(self, args: list[Any]) -> list[torch.Tensor]:
         inputs, shardings, in_place = _state.as_inputs(args, self.written, _refuse_non_tensor)
@@ -121,9 +131,12 @@ class CompiledGraph:
             # device data between calls: laid out once here, then fed as it
             # is (a cache updated in place), not split or copied per call.
             for index, sharding, written in adopted:
-                if written and _state.on_one_device(sharding) and not args[index].is_complex():
-                    inputs[index] = _state.keep_in_place(args[index], sharding)
-                    in_place.append(index)
+                if _state.on_one_device(sharding) and not args[index].is_complex():
+                    if written:
+                        inputs[index] = _state.keep_in_place(args[index], sharding)
+                        in_place.append(index)
+                    else:
+                        inputs[index] = _state.borrow_in_place(args[index], sharding)
                 else:
                     inputs[index] = _state.lay_out(args[index], sharding)
                 shardings[index] = sharding
@@ -145,20 +158,35 @@ class CompiledGraph:
         return results
 
 
+def _layout_key(shardings: list[sf.Sharding | None]) -> tuple:
+    return tuple(None if s is None else (s.v1, str(s.mesh)) for s in shardings)
+
+
+def _layouts_that_matter(shardings: list[sf.Sharding | None], written: frozenset[int]) -> list[sf.Sharding | None]:
+    """The input layouts a graph is compiled for. On one device every input
+    is held whole whatever its sharding says: only a written input's tells
+    the graph something (to return its new value for it to keep), so a read
+    one kept from the first call on reuses the graph compiled for it unmarked."""
+    if runtime.global_runtime_device_count() == 1:
+        return [s if i in written else None for i, s in enumerate(shardings)]
+    return shardings
+
+
 def _adoptable(chosen: list[sf.Sharding], given: list[sf.Sharding | None],
                mutations: list[_mutation.Mutation]) -> list[tuple[int, sf.Sharding, bool]]:
     """The unmarked inputs worth keeping laid out: written ones (else copied
-    whole per call to be written), and those split across devices (else
-    tiled per call; one read whole is read where it lies). A graph with no
-    annotation runs on one device of several, whose mesh no annotation can
-    name: nothing is adopted there."""
+    whole per call to be written), those split across devices (else tiled
+    per call; one read whole on several devices is read where it lies), and
+    on one device all (kept as views of their own memory, not converted
+    again per call). A graph with no annotation runs on one device of
+    several, whose mesh no annotation can name: nothing is adopted there."""
     if not chosen:
         return []
     written = {m.input_index for m in mutations}
     devices = runtime.global_runtime_device_count()
     return [(i, sharding, i in written) for i, sharding in enumerate(chosen[:len(given)])
             if given[i] is None and len(sharding.mesh.device_ids) == devices
-            and (i in written or any(sharding.dim_axes))]
+            and (i in written or any(sharding.dim_axes) or devices == 1)]
 
 
 def _write_back(mutations: list[_mutation.Mutation], written: list[torch.Tensor], outputs: list[sf.Tensor],
