@@ -74,14 +74,21 @@ def test_writes_to_a_cache_match_eager_pytorch(spmd, write, spec):
 
 
 @pytest.mark.parametrize("write", sorted(WRITES))
-def test_on_one_device_a_cache_is_written_in_its_own_memory(spmd, write):
+def test_on_one_device_a_cache_is_written_in_its_own_memory(spmd, monkeypatch, write):
     """A one-device graph is fed the cache's torch memory: row writes land
-    there (nothing copied back, the cache held once). A new value the run
-    may compute elsewhere (a product, a copy of a sum) is copied in whole:
+    there (nothing copied back, the cache held once), and the next call is
+    fed that result again (no new view per call). A new value the run may
+    compute elsewhere (a product, a copy of a sum) is copied in whole:
     `compare` checks the values after every call."""
     spmd(1)
+    views = []
+    real_view = _state.writable_view
+    monkeypatch.setattr(_state, "writable_view", lambda t: views.append(t) or real_view(t))
     model = compare([write], (None, "x", "y"), 1, (1, 1))
-    if write not in ("scaled_whole", "copied_whole"):
+    if write in ("scaled_whole", "copied_whole"):
+        assert len(views) == 4  # a new view on each of the 4 calls
+    else:
+        assert len(views) == 1  # the first call's
         assert sf._core._data_address(_state.sharded(model.cache)) == model.cache.data_ptr()
 
 
@@ -214,18 +221,22 @@ def test_an_eager_write_between_calls_is_seen_by_the_next_call(spmd):
     torch.testing.assert_close(out, torch.full((2, 4), 16.0))
 
 
-def test_a_failed_call_leaves_the_cache_as_it_was(spmd):
-    spmd(2)
+@pytest.mark.parametrize("devices", [2, 1])
+def test_a_failed_call_leaves_the_cache_as_it_was(spmd, devices):
+    """Also on one device, where the failed run was fed the cache's own
+    memory kept from the call before."""
+    spmd(devices)
     model = CacheStep(["index_copy_"])
-    xs.mark_sharding(model.cache, xs.Mesh(range(2), (2,), ("x",)), ("x", None, None))
+    xs.mark_sharding(model.cache, xs.Mesh(range(devices), (devices,), ("x",)), ("x", None, None))
     step = torch.compile(model, backend="shardflow")
     with torch.no_grad():
         step(torch.ones(2, 1, 4), torch.tensor([1]))
+        step(torch.ones(2, 1, 4), torch.tensor([2]))
         with pytest.raises(sf.Error, match="index 9 is out of bounds for dimension 1 with size 6"):
             step(torch.ones(2, 1, 4), torch.tensor([9]))
         step(torch.full((2, 1, 4), 2.0), torch.tensor([3]))
-    assert model.cache[:, :, 0].tolist() == [[0, 1, 0, 2, 0, 0]] * 2
-    assert xs.get_sharding(model.cache).v1 == "{devices=[2,1,1]0,1}"
+    assert model.cache[:, :, 0].tolist() == [[0, 1, 1, 2, 0, 0]] * 2
+    assert xs.get_sharding(model.cache).v1 == ("{devices=[2,1,1]0,1}" if devices == 2 else "{replicated}")
 
 
 def test_writes_that_are_not_supported_name_the_line(spmd):

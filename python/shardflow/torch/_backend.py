@@ -150,11 +150,18 @@ class CompiledGraph:
                 _state.invalidate(tensor)
             raise
         del inputs
-        results = [torch.from_dlpack(out) for out in outputs[:prepared.num_user_outputs]]
+        # From the capsule: torch.from_dlpack(out) first asks `out` which
+        # device and DLPack version it speaks (0.02 ms per call more).
+        results = [torch.from_dlpack(out.__dlpack__()) for out in outputs[:prepared.num_user_outputs]]
         _write_back(prepared.mutations, written, outputs, in_place)
         for mutation, tensor in zip(prepared.mutations, written):
-            if mutation.state_output is not None:
-                _state.set_sharded(tensor, outputs[mutation.state_output], shardings[mutation.input_index])
+            if mutation.state_output is None:
+                continue
+            new_value, sharding = outputs[mutation.state_output], shardings[mutation.input_index]
+            if mutation.input_index in in_place:
+                _state.keep_written_in_place(tensor, new_value, sharding)
+            else:
+                _state.set_sharded(tensor, new_value, sharding)
         return results
 
 
@@ -193,16 +200,11 @@ def _write_back(mutations: list[_mutation.Mutation], written: list[torch.Tensor]
                 in_place: list[int]) -> None:
     """Brings the torch tensors the graph wrote up to date, in order. Row
     writes into their memory go to shardflow in one call; others are
-    replayed with torch ops. A tensor fed its own memory (`in_place`) holds
-    its new value already when the run wrote it there; otherwise the run may
-    have used that memory for a step on the way (the old value's last use),
-    so the whole new value is copied in."""
+    replayed with torch ops. A tensor fed its own memory (`in_place`) is
+    left to `_state.keep_written_in_place`."""
     rows: list[tuple] = []
     for mutation, tensor in zip(mutations, written):
         if mutation.input_index in in_place:
-            new_value = outputs[mutation.state_output]
-            if sf._core._data_address(new_value) != tensor.data_ptr():
-                tensor.copy_(torch.from_dlpack(new_value))
             continue
         direct = mutation.rows_into(tensor, outputs)
         if direct is not None:

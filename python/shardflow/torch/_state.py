@@ -24,7 +24,7 @@ import torch
 import shardflow as sf
 
 
-@dataclass
+@dataclass(slots=True)  # read for every input of every call: no per-entry __dict__ to miss in the cache
 class _Entry:
     tensor: weakref.ref
     version: int  # the torch tensor's _version when `sharded` held its values
@@ -37,6 +37,9 @@ class _Entry:
     address: int = 0
     # `sharded` views the torch tensor's own memory (see borrow_in_place).
     borrowed: bool = False
+    # `sharded` is the torch tensor's own memory, where a one-device run
+    # wrote it in place: the next run that writes it is fed it again.
+    aliases: bool = False
 
 
 _entries: dict[int, _Entry] = {}
@@ -74,7 +77,7 @@ def set_sharded(t: torch.Tensor, sharded: sf.Tensor, sharding: sf.Sharding | Non
         if entry.sharding is not sharding:
             entry.one_device = on_one_device(sharding)
         entry.version, entry.sharded, entry.sharding = t._version, sharded, sharding
-        entry.address, entry.borrowed = t.data_ptr(), borrowed
+        entry.address, entry.borrowed, entry.aliases = t.data_ptr(), borrowed, False
         return
     _entries[key] = _Entry(weakref.ref(t, lambda _: _entries.pop(key, None)), t._version, sharded, sharding,
                            on_one_device(sharding), t.data_ptr(), borrowed)
@@ -148,7 +151,11 @@ def as_inputs(args: list, written: frozenset[int], refuse: Callable[[object], No
             if i not in written:
                 inputs.append(_current_shards(entry, t, 0))
             elif entry.one_device and not t.is_complex():
-                inputs.append(writable_view(t))
+                # Its own memory: the last run's result, which is that
+                # memory while nothing else wrote the tensor since; else a
+                # new view of it.
+                current = entry.aliases and entry.version + 1 == t._version and entry.address == t.data_ptr()
+                inputs.append(entry.sharded if current else writable_view(t))
                 in_place.append(i)
             elif entry.version + 1 != t._version or entry.address != t.data_ptr():
                 # Written outside shardflow since (``cache.zero_()``, or new
@@ -181,6 +188,18 @@ def keep_in_place(t: torch.Tensor, sharding: sf.Sharding) -> sf.Tensor:
     a copy of it: returns t's writable view for this call."""
     set_sharded(t, _huge_paged_view(t), sharding)
     return writable_view(t)
+
+
+def keep_written_in_place(t: torch.Tensor, new_value: sf.Tensor, sharding: sf.Sharding) -> None:
+    """After a run that was fed t's own memory to write (see as_inputs):
+    `new_value` is t's from now on. Where the run wrote it into that memory,
+    t holds it already; else (the run used the memory for a step on the
+    way) it is copied in."""
+    set_sharded(t, new_value, sharding)
+    entry = _entries[id(t)]
+    entry.aliases = sf._core._data_address(new_value) == entry.address
+    if not entry.aliases:
+        t.copy_(torch.from_dlpack(new_value))
 
 
 def borrow_in_place(t: torch.Tensor, sharding: sf.Sharding) -> sf.Tensor:
