@@ -448,7 +448,8 @@ def test_a_chain_of_reshapes_is_one_and_a_reshape_back_is_none(spmd):
 def test_unmarked_weights_split_by_propagation_are_laid_out_once(spmd, monkeypatch):
     """The seed's pattern annotates activations only: the weights propagation
     splits are laid out on the first call and fed as shards from then on (as
-    PyTorch/XLA keeps device data), while those read whole are not copied."""
+    PyTorch/XLA keeps device data), while those read whole are kept as views
+    of their own memory, not copied."""
     spmd(4)
 
     class Block(nn.Module):
@@ -476,11 +477,13 @@ def test_unmarked_weights_split_by_propagation_are_laid_out_once(spmd, monkeypat
             torch.testing.assert_close(step(x), expected[i], rtol=1e-5, atol=1e-5)
             if i == 0:
                 first = len(layouts)
-    split = {name for name, p in model.named_parameters() if xs.get_sharding(p) is not None}
+    split = {name for name, p in model.named_parameters() if any(xs.get_sharding(p).dim_axes)}
     assert {"up.weight", "up.bias", "down.weight"} <= split  # split on 'model' by the annotation
-    assert "scale" not in split  # read whole: not laid out
     assert first == len(split) and len(layouts) == first  # once, in the first call
     assert xs.get_sharding(model.up.weight).v1 == "{devices=[4,1]0,1,2,3}"
+    # Read whole by every device: kept as a view of its own memory, not laid out.
+    assert "scale" not in split and xs.get_sharding(model.scale).v1 == "{replicated}"
+    assert sf._core._data_address(sft._state.sharded(model.scale)) == model.scale.data_ptr()
 
 
 class TwoLinears(nn.Module):

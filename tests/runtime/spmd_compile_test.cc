@@ -186,6 +186,45 @@ TEST(SpmdCompile, DonatedShardsAreUpdatedInPlace) {
 
 namespace {
 
+// A replicated cache: the result keeps each device's copy, so fed back and
+// donated it is updated in place on every device (one buffer shared by all
+// would be copied by each device on every call).
+TEST(SpmdCompile, ADonatedReplicatedResultIsUpdatedInPlaceOnEachDevice) {
+  sf::Runtime runtime = sf::Runtime::local(4);
+  const sf::Mesh mesh(iota(4), {4}, {"x"});
+  const sf::PartitionSpec replicated{sf::none, sf::none};
+  sf::CompiledFunction step(
+      [&](const std::vector<sf::Tensor>& in) {
+        return std::vector<sf::Tensor>{sf::mark_sharding(sf::index_copy(in[0], 0, in[1], in[2]), mesh, replicated)};
+      },
+      "replicated_cache_update");
+  step.donate_inputs({0});
+  const sf::Tensor row = sf::Tensor::from_floats(std::vector<float>{7, 8}, {1, 2});
+  sf::Tensor cache = sf::zeros({3, 2});
+  sf::mark_sharding(cache, mesh, replicated);
+  std::vector<float> expected(6, 0.0f);
+  for (int64_t position : {0, 2, 1}) {
+    SCOPED_TRACE(position);
+    std::vector<const std::byte*> before;
+    for (const sf::LocalShard& shard : cache.local_shards()) before.push_back(shard.data.data());
+    std::vector<sf::Tensor> inputs{std::move(cache), sf::Tensor::from_ints(std::vector<int64_t>{position}, {1}), row};
+    cache = step.call(inputs)[0];
+    expected[static_cast<std::size_t>(2 * position)] = 7;
+    expected[static_cast<std::size_t>(2 * position + 1)] = 8;
+    EXPECT_EQ(cache.to_floats(), expected);
+    const std::vector<sf::LocalShard> shards = cache.local_shards();
+    ASSERT_EQ(shards.size(), 4u);
+    for (std::size_t d = 0; d < 4; ++d) {
+      const float* values = shards[d].data.data_as<float>();
+      EXPECT_EQ(std::vector<float>(values, values + 6), expected) << "device " << d;
+      for (std::size_t other = 0; other < d; ++other) EXPECT_NE(shards[d].data.data(), shards[other].data.data());
+      if (position != 0) {
+        EXPECT_EQ(shards[d].data.data(), before[d]) << "device " << d;  // in place
+      }
+    }
+  }
+}
+
 // Attention sharded over heads runs locally; keys split along the sequence
 // are gathered first (softmax needs every key), and the mask is honoured.
 TEST(SpmdCompile, AttentionShardedOverHeadsOrKeysMatchesOneDevice) {

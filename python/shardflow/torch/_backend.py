@@ -130,15 +130,16 @@ class CompiledGraph:
             # cache) keeps the layout propagation chose, as PyTorch/XLA keeps
             # device data between calls: laid out once here, then fed as it
             # is (a cache updated in place), not split or copied per call.
+            # What every device reads whole stays in torch's memory.
             for index, sharding, written in adopted:
-                if _state.on_one_device(sharding) and not args[index].is_complex():
-                    if written:
-                        inputs[index] = _state.keep_in_place(args[index], sharding)
-                        in_place.append(index)
-                    else:
-                        inputs[index] = _state.borrow_in_place(args[index], sharding)
+                t = args[index]
+                if written and _state.on_one_device(sharding) and not t.is_complex():
+                    inputs[index] = _state.keep_in_place(t, sharding)
+                    in_place.append(index)
+                elif not written and not any(sharding.dim_axes):
+                    inputs[index] = _state.borrow_in_place(t, sharding)
                 else:
-                    inputs[index] = _state.lay_out(args[index], sharding)
+                    inputs[index] = _state.lay_out(t, sharding)
                 shardings[index] = sharding
             prepared = self.prepare(shardings)
         written = [args[m.input_index] for m in prepared.mutations]
@@ -181,19 +182,19 @@ def _layouts_that_matter(shardings: list[sf.Sharding | None], written: frozenset
 
 def _adoptable(chosen: list[sf.Sharding], given: list[sf.Sharding | None],
                mutations: list[_mutation.Mutation]) -> list[tuple[int, sf.Sharding, bool]]:
-    """The unmarked inputs worth keeping laid out: written ones (else copied
-    whole per call to be written), those split across devices (else tiled
-    per call; one read whole on several devices is read where it lies), and
-    on one device all (kept as views of their own memory, not converted
-    again per call). A graph with no annotation runs on one device of
-    several, whose mesh no annotation can name: nothing is adopted there."""
+    """The unmarked inputs whose layout is worth keeping: written ones (else
+    copied whole per call to be written), those split across devices (else
+    tiled per call), and those every device reads whole (kept as views of
+    their own memory, not converted again per call). The caller keeps the
+    read ones that are the model's parameters. A graph with no annotation
+    runs on one device of several, whose mesh no annotation can name:
+    nothing is adopted there."""
     if not chosen:
         return []
     written = {m.input_index for m in mutations}
     devices = runtime.global_runtime_device_count()
     return [(i, sharding, i in written) for i, sharding in enumerate(chosen[:len(given)])
-            if given[i] is None and len(sharding.mesh.device_ids) == devices
-            and (i in written or any(sharding.dim_axes) or devices == 1)]
+            if given[i] is None and len(sharding.mesh.device_ids) == devices]
 
 
 def _write_back(mutations: list[_mutation.Mutation], written: list[torch.Tensor], outputs: list[sf.Tensor],

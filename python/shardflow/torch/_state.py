@@ -195,11 +195,11 @@ def keep_written_in_place(t: torch.Tensor, new_value: sf.Tensor, sharding: sf.Sh
     `new_value` is t's from now on. Where the run wrote it into that memory,
     t holds it already; else (the run used the memory for a step on the
     way) it is copied in."""
-    set_sharded(t, new_value, sharding)
-    entry = _entries[id(t)]
-    entry.aliases = sf._core._data_address(new_value) == entry.address
-    if not entry.aliases:
+    aliases = sf._core._data_address(new_value) == t.data_ptr()
+    if not aliases:
         t.copy_(torch.from_dlpack(new_value))
+    set_sharded(t, new_value, sharding)  # after the copy, which moved t's _version on
+    _entries[id(t)].aliases = aliases
 
 
 def borrow_in_place(t: torch.Tensor, sharding: sf.Sharding) -> sf.Tensor:
