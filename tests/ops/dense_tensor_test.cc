@@ -2,6 +2,7 @@
 // sizes that do not fit.
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 
 #include <cerrno>
 #include <cstdint>
@@ -86,6 +87,38 @@ TEST(DenseTensor, BorrowedMemoryCollapsesIntoHugePagesInPlace) {
   // The 2 MiB pages wholly inside the 8 MiB (three or four of them).
   EXPECT_GE(huge_page_kib_around(reinterpret_cast<uintptr_t>(region)), 3 * 2048);
 }
+
+#if !defined(__SANITIZE_ADDRESS__)  // AddressSanitizer builds free every buffer at once
+// Minor page faults of this process so far.
+long minor_faults() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_minflt;
+}
+
+// The pool of freed large buffers is full of a size no longer used (an
+// earlier model's): a new size still gets cached, the oldest go, so a
+// buffer of the new size comes back without faulting its pages in again.
+TEST(DenseTensor, AFullBufferPoolMakesRoomForTheSizeInUse) {
+  constexpr int64_t kOldFloats = int64_t{64} << 20;  // 256 MiB, never touched
+  {
+    std::vector<sf::DenseTensor> old;
+    for (int i = 0; i < 5; ++i) old.push_back(sf::DenseTensor::empty(sf::DType::kF32, {kOldFloats}));
+  }  // freed: the pool (1 GiB) is full of them
+  constexpr int64_t kNewFloats = (int64_t{16} << 20) + 1024;  // 64 MiB and a bit
+  auto touch = [](sf::DenseTensor& t) {
+    for (int64_t i = 0; i < t.numel(); i += 1024) t.data_as<float>()[i] = 1.0f;  // every 4 KiB page
+  };
+  {
+    sf::DenseTensor first = sf::DenseTensor::empty(sf::DType::kF32, {kNewFloats});
+    touch(first);
+  }
+  sf::DenseTensor again = sf::DenseTensor::empty(sf::DType::kF32, {kNewFloats});
+  const long before = minor_faults();
+  touch(again);
+  EXPECT_LT(minor_faults() - before, 32) << "the buffer was mapped anew";
+}
+#endif
 
 }  // namespace
 
