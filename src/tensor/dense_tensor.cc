@@ -20,6 +20,9 @@ namespace shardflow {
 
 namespace {
 
+// The transparent huge page of x86-64 Linux.
+constexpr std::size_t kHugePage = std::size_t{2} << 20;
+
 // Small buffers (below 64 KiB) are kept per thread by size, without a lock.
 // A decode step allocates the same few hundred small tensors every token, and
 // aligned_alloc misses malloc's own thread cache, so this saves most of the
@@ -115,8 +118,6 @@ class BufferPool {
   }
 
  private:
-  static constexpr std::size_t kHugePage = std::size_t{2} << 20;
-
   // Buffers of 2 MiB and more start on a 2 MiB boundary and ask the kernel
   // for transparent huge pages (which Debian gives only where asked). A
   // decode step streams every weight once; on 4 KiB pages the hardware
@@ -233,7 +234,6 @@ DenseTensor DenseTensor::borrow(DType dtype, Shape shape, std::shared_ptr<std::b
 
 bool DenseTensor::collapse_into_huge_pages() const {
 #if defined(__linux__)
-  constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
   constexpr int kCollapse = 25;  // MADV_COLLAPSE, which older C libraries do not name
   const auto begin = reinterpret_cast<uintptr_t>(data());
   const uintptr_t first = (begin + kHugePage - 1) / kHugePage * kHugePage;

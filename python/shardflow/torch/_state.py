@@ -203,9 +203,10 @@ def keep_written_in_place(t: torch.Tensor, new_value: sf.Tensor, sharding: sf.Sh
 
 
 def borrow_in_place(t: torch.Tensor, sharding: sf.Sharding) -> sf.Tensor:
-    """Keeps `sharding` (of one device) for t, which graphs read, as a view
-    of t's own memory: fed as it lies on every call without being converted
-    again (nor copied), until t changes (see `sharded`)."""
+    """Keeps `sharding` (one that every device reads whole: of one device,
+    or replicated) for t, which graphs read, as a view of t's own memory:
+    fed as it lies on every call without being converted again (nor
+    copied), until t changes (see `sharded`)."""
     view = _huge_paged_view(t)
     set_sharded(t, view, sharding, borrowed=True)
     return view
