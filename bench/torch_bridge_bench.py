@@ -63,6 +63,25 @@ def rates(g: showcase.Generation, batch: int, prompt_length: int) -> tuple[float
     return batch * prompt_length / g.prefill_seconds, batch * (g.decode_steps + 1) / decode_seconds
 
 
+def decode_split(step, model: showcase.Transformer, prompt: torch.Tensor, steps: int) -> tuple[float, float, float]:
+    """A bridge decode step's milliseconds, medians over `steps` steps: the
+    partitioned program's run, the bridge's own work around it (feeding
+    inputs, writing state back), and Dynamo's and AOTAutograd's (the rest of
+    the call: guards, wrappers), from ``shardflow.torch.profile()``."""
+    runs, bridge, dynamo = [], [], []
+    out = step(prompt, torch.arange(prompt.shape[1]))
+    for pos in range(prompt.shape[1], prompt.shape[1] + steps):
+        token, position = out.argmax(-1)[:, None], torch.tensor([pos])
+        with shardflow.torch.profile() as p:
+            started = time.perf_counter()
+            out = step(token, position)
+            seconds = time.perf_counter() - started
+        runs.append(p.function_seconds)
+        bridge.append(p.graph_seconds - p.function_seconds)
+        dynamo.append(seconds - p.graph_seconds)
+    return tuple(1e3 * statistics.median(v) for v in (runs, bridge, dynamo))
+
+
 def bench(config: str, mesh_shape: tuple[int, ...], rounds: int, steps: int, seq_len: int | None) -> dict:
     devices = int(np.prod(mesh_shape))
     batch = mesh_shape[0]
@@ -85,6 +104,7 @@ def bench(config: str, mesh_shape: tuple[int, ...], rounds: int, steps: int, seq
     eager = torch_model(weights, seq_len, batch, (1, 1, 1), annotate=False)
     threads = torch.get_num_threads()
 
+    splits: list[tuple[float, float, float]] = []
     results: dict[str, list[tuple[float, float]]] = {"bridge": [], "bridge, unmarked": [], "native": [],
                                                      "eager 1 thread": [], "eager 2 threads": []}
     with torch.no_grad():
@@ -100,6 +120,7 @@ def bench(config: str, mesh_shape: tuple[int, ...], rounds: int, steps: int, seq
                                       batch * (steps - 1) / n.decode_seconds))
 
         runs = [lambda: run_bridge("bridge", step, bridge_model),
+                lambda: splits.append(decode_split(step, bridge_model, prompt, steps)),
                 lambda: run_bridge("bridge, unmarked", unmarked_step, unmarked_model), run_native]
         for round_index in range(rounds):
             # Every other round in reverse: the first run after the eager
@@ -117,8 +138,10 @@ def bench(config: str, mesh_shape: tuple[int, ...], rounds: int, steps: int, seq
             time.sleep(0.5)
     xr.shutdown()
     torch._dynamo.reset()
-    return {name: (statistics.median(p for p, _ in rs), statistics.median(d for _, d in rs),
-                   min(d for _, d in rs), max(d for _, d in rs)) for name, rs in results.items()}
+    rates_by_run = {name: (statistics.median(p for p, _ in rs), statistics.median(d for _, d in rs),
+                           min(d for _, d in rs), max(d for _, d in rs)) for name, rs in results.items()}
+    split = tuple(statistics.median(s[i] for s in splits) for i in range(3))
+    return rates_by_run, split
 
 
 def main() -> int:
@@ -135,7 +158,7 @@ def main() -> int:
     for config in args.config:
         for mesh_text in args.mesh:
             mesh_shape = tuple(int(v) for v in mesh_text.split(","))
-            r = bench(config, mesh_shape, args.rounds, args.steps, args.seq_len)
+            r, (run_ms, bridge_ms, dynamo_ms) = bench(config, mesh_shape, args.rounds, args.steps, args.seq_len)
             print(f"\n{config}, mesh {mesh_shape}, batch {mesh_shape[0]}:")
             print(f"  {'':18s} {'prefill tok/s':>14s} {'decode tok/s':>13s}   {'decode range':>15s}")
             for name, (prefill, decode, low, high) in r.items():
@@ -145,6 +168,10 @@ def main() -> int:
             print(f"  bridge / native: prefill {bridge[0] / native[0]:.2f}, decode {bridge[1] / native[1]:.2f} "
                   f"(weights unmarked: {unmarked[0] / native[0]:.2f}, {unmarked[1] / native[1]:.2f}); "
                   f"bridge / eager (1, 2 threads) decode {bridge[1] / eager1[1]:.2f}, {bridge[1] / eager2[1]:.2f}")
+            native_ms = 1e3 * mesh_shape[0] / native[1]
+            print(f"  bridge decode step (medians): run {run_ms:.3f} ms + bridge {bridge_ms:.3f} ms + Dynamo and "
+                  f"AOTAutograd {dynamo_ms:.3f} ms; native step {native_ms:.3f} ms, so Dynamo's and AOTAutograd's "
+                  f"share alone caps bridge / native decode at {native_ms / (native_ms + dynamo_ms):.2f}")
             print(f"  native / eager (1, 2 threads): prefill {native[0] / eager1[0]:.2f}, {native[0] / eager2[0]:.2f}; "
                   f"decode {native[1] / eager1[1]:.2f}, {native[1] / eager2[1]:.2f}")
     return 0

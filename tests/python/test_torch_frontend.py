@@ -408,6 +408,30 @@ def test_linear_layers_read_their_weights_as_stored(spmd):
     assert ops["aten::linear"] == 4 and profile.function_calls == 2
 
 
+def test_a_profile_splits_each_call_into_the_run_and_the_bridge(spmd):
+    spmd(2)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)).eval()
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        step = compiled(model)
+        step(x)  # compiles outside the profile
+        with sft.profile() as outer:
+            step(x)
+            with sft.profile() as inner:
+                step(x)
+                step(x)
+            step(x)
+    assert (outer.graph_calls, outer.function_calls) == (2, 2)
+    assert (inner.graph_calls, inner.function_calls) == (2, 2)
+    for p in (outer, inner):
+        # The run is part of the call, and the bridge's own work takes time.
+        assert 0 < p.function_seconds < p.graph_seconds
+        assert {op for op, _, _ in p.entries(0)} >= {"aten::linear"}
+    with torch.no_grad():
+        step(x)  # after the blocks: counted nowhere
+    assert (outer.graph_calls, inner.graph_calls) == (2, 2)
+
+
 def ir_ops(ir: str) -> list[str]:
     return [line.split(" = ")[1].split("(")[0] for line in ir.splitlines() if " = " in line]
 

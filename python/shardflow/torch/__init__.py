@@ -18,11 +18,9 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-import shardflow as sf
-
 from . import _ops, runtime, spmd  # noqa: F401  (registers the custom ops)
 from . import _backend
-from ._backend import backend, compiled_graphs
+from ._backend import Profile, backend, compiled_graphs
 
 if "shardflow" not in torch._dynamo.list_backends(exclude_tags=()):
     torch._dynamo.register_backend(name="shardflow")(backend)
@@ -74,18 +72,21 @@ def explain(fn: Callable, *args: Any, **kwargs: Any) -> Explanation:
 
 
 @contextlib.contextmanager
-def profile() -> Iterator["sf.OpProfile"]:
-    """Times every compiled graph run inside the block, per device and op kind:
+def profile() -> Iterator[Profile]:
+    """Times every compiled graph call inside the block: the partitioned
+    program's runs per device and op kind, and each call whole (see
+    ``Profile``):
 
         with shardflow.torch.profile() as p:
             step(tokens, pos)
         for op, calls, seconds in p.entries(0): ...
+        bridge_seconds = p.graph_seconds - p.function_seconds
     """
-    previous, _backend.active_profile = _backend.active_profile, sf.OpProfile()
+    previous, _backend.active_profile = _backend.active_profile, Profile()
     try:
         yield _backend.active_profile
     finally:
         _backend.active_profile = previous
 
 
-__all__ = ["backend", "explain", "profile", "spmd", "runtime", "Explanation", "GraphReport"]
+__all__ = ["backend", "explain", "profile", "Profile", "spmd", "runtime", "Explanation", "GraphReport"]

@@ -18,6 +18,7 @@ import dataclasses
 import itertools
 import os
 import pathlib
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,8 +60,37 @@ class CompiledGraphs:
 
 # Every graph compiled in this process (explain() reads them).
 compiled_graphs = CompiledGraphs()
-# When set (shardflow.torch.profile()), every graph run adds its op times here.
-active_profile: sf.OpProfile | None = None
+class Profile:
+    """Where compiled graphs' calls spend their time (``shardflow.torch.profile()``).
+
+    ``entries(device)``, ``function_calls`` and ``function_seconds``: the
+    runs of the partitioned programs, per device and op kind
+    (``shardflow.OpProfile``). ``graph_calls`` and ``graph_seconds``: each
+    compiled graph's whole call, from the inputs AOTAutograd hands over to
+    the torch tensors handed back, so ``graph_seconds - function_seconds``
+    is this backend's own work (feeding inputs, writing state back). What a
+    caller times beyond ``graph_seconds`` is Dynamo's and AOTAutograd's."""
+
+    def __init__(self) -> None:
+        self.ops = sf.OpProfile()
+        self.graph_calls = 0
+        self.graph_seconds = 0.0
+
+    def entries(self, device: int = 0) -> list[tuple[str, int, float]]:
+        """(op, calls, seconds) rows of one device, the most time first."""
+        return self.ops.entries(device)
+
+    @property
+    def function_calls(self) -> int:
+        return self.ops.function_calls
+
+    @property
+    def function_seconds(self) -> float:
+        return self.ops.function_seconds
+
+
+# When set (shardflow.torch.profile()), every graph call adds its times here.
+active_profile: Profile | None = None
 
 
 @dataclass
@@ -121,6 +151,16 @@ class CompiledGraph:
                         donate)
 
     def __call__(self, args: list[Any]) -> list[torch.Tensor]:
+        profile = active_profile
+        if profile is None:
+            return self._call(args, None)
+        started = time.perf_counter()
+        results = self._call(args, profile.ops)  # a failed call adds nothing, as in OpProfile
+        profile.graph_calls += 1
+        profile.graph_seconds += time.perf_counter() - started
+        return results
+
+    def _call(self, args: list[Any], ops: sf.OpProfile | None) -> list[torch.Tensor]:
         inputs, shardings, in_place = _state.as_inputs(args, self.written, _refuse_non_tensor)
         prepared = self.prepare(shardings)
         adopted = [(index, sharding, written) for index, sharding, written in prepared.adopt
@@ -145,7 +185,7 @@ class CompiledGraph:
         written = [args[m.input_index] for m in prepared.mutations]
         args.clear()  # the boxed convention: the callee lets go of the inputs
         try:
-            outputs = prepared.executable(inputs + prepared.constants, active_profile, prepared.donate)
+            outputs = prepared.executable(inputs + prepared.constants, ops, prepared.donate)
         except BaseException:
             for tensor in written:  # donated shards may be gone: lay the (unchanged) tensor out again
                 _state.invalidate(tensor)
