@@ -11,6 +11,8 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -71,11 +73,28 @@ void streams(const float* p, std::size_t n) {
   benchmark::DoNotOptimize(lanes[0]);
 }
 
-// The last-level cache as the C library reports it; 0 when unknown. A VM
-// may report the whole host's (the 2-core dev VM says 508 MiB).
+// The last-level cache of the first core, as the kernel lists it (what
+// lscpu prints); else as the C library reports it; 0 when unknown. Under a
+// VM the C library may count the host's: glibc says 256 MiB on the 2-core
+// dev VM (AMD EPYC Zen 2), whose kernel lists one L3 of 16 MiB.
 inline int64_t llc_bytes() {
-  const long bytes = sysconf(_SC_LEVEL3_CACHE_SIZE);
-  return bytes > 0 ? bytes : 0;
+  int64_t best_level = 0;
+  int64_t bytes = 0;
+  for (int index = 0;; ++index) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/";
+    std::ifstream level_file(dir + "level");
+    std::ifstream size_file(dir + "size");
+    int64_t level = 0;
+    int64_t size = 0;
+    std::string unit;
+    if (!(level_file >> level) || !(size_file >> size)) break;
+    size_file >> unit;  // "16384K": the kernel prints sizes in KiB or MiB
+    size *= unit == "M" ? (int64_t{1} << 20) : unit == "K" ? (int64_t{1} << 10) : 1;
+    if (level > best_level) best_level = level, bytes = size;
+  }
+  if (bytes > 0) return bytes;
+  const long reported = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  return reported > 0 ? reported : 0;
 }
 
 // Bytes per second of streaming reads: the best of the loop shapes, on one
