@@ -145,7 +145,8 @@ LocalRuntime::LocalRuntime(int64_t num_devices) : world_(num_devices), previous_
     set_kernel_threads(1);
   }
   set_global_device_count(num_devices);
-  runner_ = std::make_unique<SpmdRunner>(num_devices, [this](const DeviceProgram& fn) { run(fn); });
+  runner_ = std::make_unique<SpmdRunner>(
+      num_devices, [this](const DeviceProgram& fn) { run(fn); }, std::nullopt, previous_kernel_threads_.value_or(0));
   previous_runner_ = set_graph_runner(runner_.get());
   communicators_.reserve(static_cast<std::size_t>(num_devices));
   for (int64_t d = 0; d < num_devices; ++d) {

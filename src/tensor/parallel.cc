@@ -1,6 +1,8 @@
 #include "shardflow/tensor/parallel.h"
 
+#include <pthread.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -195,6 +197,14 @@ class KernelPool {
   }
 
   void work(int index, uint64_t seen) {
+    // A thread starts with its creator's CPU affinity, and the first job may
+    // come from a device thread pinned to one CPU (a one-device program on a
+    // multi-device runtime): the worker runs wherever the process's main
+    // thread may instead, not on that device's CPU.
+    cpu_set_t cpus;
+    if (sched_getaffinity(getpid(), sizeof(cpus), &cpus) == 0) {
+      pthread_setaffinity_np(pthread_self(), sizeof(cpus), &cpus);
+    }
     for (;;) {
       uint64_t word = job_word_.load(std::memory_order_acquire);
       for (int spins = 0; word == seen && spins < kSpinRounds; ++spins) {

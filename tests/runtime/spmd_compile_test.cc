@@ -7,6 +7,7 @@
 
 #include "shardflow/runtime/runtime.h"
 #include "shardflow/shardflow.h"
+#include "shardflow/tensor/gemm.h"
 
 namespace sf = shardflow;
 
@@ -250,3 +251,26 @@ TEST(SpmdCompile, AttentionShardedOverHeadsOrKeysMatchesOneDevice) {
 }
 
 }  // namespace
+
+TEST(SpmdCompile, AProgramOnOneDeviceOfSeveralRunsItsKernelsOnTheIdleDevicesCores) {
+  // A graph without annotations runs on device 0 alone: its kernels get the
+  // kernel threads there were before the runtime (here 2), not the one
+  // each device has while all of them compute.
+  const int threads_before = sf::kernel_threads();
+  sf::set_kernel_threads(2);
+  const sf::Tensor x = sf::randn({4, 256}, 1);
+  const sf::Tensor w = sf::randn({256, 4096}, 2);
+  const sf::Tensor expected = sf::matmul(x, w);
+  {
+    sf::Runtime runtime = sf::Runtime::local(2);
+    ASSERT_EQ(sf::kernel_threads(), 1);
+    auto product = sf::compile([&](sf::Tensor in) { return sf::matmul(in, w); });
+    const int64_t split_before = sf::parallel_kernel_calls();
+    const sf::Tensor result = product(x);
+    EXPECT_GT(sf::parallel_kernel_calls(), split_before) << "the product ran on one kernel thread";
+    EXPECT_EQ(sf::kernel_threads(), 1) << "the devices' setting is restored after the run";
+    EXPECT_EQ(result.to_floats(), expected.to_floats());  // the same bits for any thread count
+  }
+  EXPECT_EQ(sf::kernel_threads(), 2);
+  sf::set_kernel_threads(threads_before);
+}

@@ -25,7 +25,9 @@
 // the parallelism; a kernel pool competing with them for the cores makes
 // GEMM timings bimodal (see background/dependencies.md §2). oneDNN runs
 // single-threaded under shardflow in any case (each GEMM block asks OpenMP
-// for one thread).
+// for one thread). An in-process program on one device alone (a graph
+// without annotations) runs with the kernel threads the runtime found: the
+// other devices' cores would idle.
 #pragma once
 
 #include <cstdint>

@@ -20,9 +20,15 @@ struct ProcessView {
 
 class SpmdRunner : public GraphRunner {
  public:
+  // alone_kernel_threads: the kernel threads of a program that runs on one
+  // device of several (a graph without annotations) while the other devices
+  // idle; 0 leaves kernel_threads() as it is.
   SpmdRunner(int64_t num_devices, std::function<void(const DeviceProgram&)> run_on_devices,
-             std::optional<ProcessView> process = std::nullopt)
-      : num_devices_(num_devices), run_on_devices_(std::move(run_on_devices)), process_(process) {}
+             std::optional<ProcessView> process = std::nullopt, int alone_kernel_threads = 0)
+      : num_devices_(num_devices),
+        run_on_devices_(std::move(run_on_devices)),
+        process_(process),
+        alone_kernel_threads_(alone_kernel_threads) {}
 
   std::shared_ptr<const PreparedGraph> prepare(const Graph& graph,
                                                std::span<const std::optional<Sharding>> input_shardings) override;
@@ -43,6 +49,7 @@ class SpmdRunner : public GraphRunner {
   int64_t num_devices_;
   std::function<void(const DeviceProgram&)> run_on_devices_;
   std::optional<ProcessView> process_;
+  int alone_kernel_threads_;
   DeviceGroup all_devices_;
 };
 
