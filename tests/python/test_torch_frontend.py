@@ -519,10 +519,12 @@ class TwoLinears(nn.Module):
         return self.down(torch.relu(self.up(x)))
 
 
-def test_unmarked_weights_on_one_device_are_read_where_they_lie(spmd, monkeypatch):
-    """On one device the weights are kept as views of their own memory from
+@pytest.mark.parametrize("devices", [1, 2])
+def test_unmarked_weights_on_one_device_are_read_where_they_lie(spmd, monkeypatch, devices):
+    """On one device (also a graph without annotations on several, which
+    runs on device 0) the weights are kept as views of their own memory from
     the first call on: no copy, no conversion per call, one compiled graph."""
-    spmd(1)
+    spmd(devices)
     model = TwoLinears().eval()
     inputs = [torch.randn(3, 8, generator=torch.Generator().manual_seed(seed)) for seed in range(3)]
     with torch.no_grad():

@@ -74,17 +74,19 @@ def test_writes_to_a_cache_match_eager_pytorch(spmd, write, spec):
 
 
 @pytest.mark.parametrize("write", sorted(WRITES))
-def test_on_one_device_a_cache_is_written_in_its_own_memory(spmd, monkeypatch, write):
-    """A one-device graph is fed the cache's torch memory: row writes land
-    there (nothing copied back, the cache held once), and the next call is
-    fed that result again (no new view per call). A new value the run may
-    compute elsewhere (a product, a copy of a sum) is copied in whole:
-    `compare` checks the values after every call."""
-    spmd(1)
+@pytest.mark.parametrize("devices,spec", [(1, (None, "x", "y")), (1, None), (2, None)])
+def test_on_one_device_a_cache_is_written_in_its_own_memory(spmd, monkeypatch, write, devices, spec):
+    """A one-device graph (on a one-device runtime, or without annotations
+    on several devices, where it runs on device 0) is fed the cache's torch
+    memory: row writes land there (nothing copied back, the cache held
+    once), and the next call is fed that result again (no new view per
+    call). A new value the run may compute elsewhere (a product, a copy of
+    a sum) is copied in whole: `compare` checks the values after every call."""
+    spmd(devices)
     views = []
     real_view = _state.writable_view
     monkeypatch.setattr(_state, "writable_view", lambda t: views.append(t) or real_view(t))
-    model = compare([write], (None, "x", "y"), 1, (1, 1))
+    model = compare([write], spec, devices, (1, 1))
     if write in ("scaled_whole", "copied_whole"):
         assert len(views) == 4  # a new view on each of the 4 calls
     else:

@@ -211,13 +211,13 @@ def _layout_key(shardings: list[sf.Sharding | None]) -> tuple:
 
 
 def _layouts_that_matter(shardings: list[sf.Sharding | None], written: frozenset[int]) -> list[sf.Sharding | None]:
-    """The input layouts a graph is compiled for. On one device every input
-    is held whole whatever its sharding says: only a written input's tells
-    the graph something (to return its new value for it to keep), so a read
-    one kept from the first call on reuses the graph compiled for it unmarked."""
-    if runtime.global_runtime_device_count() == 1:
-        return [s if i in written else None for i, s in enumerate(shardings)]
-    return shardings
+    """The input layouts a graph is compiled for. A layout on one device (any
+    on a one-device runtime; those kept for a graph without annotations on
+    several) holds the input whole whatever it says: only a written input's
+    tells the graph something (to return its new value for it to keep), so a
+    read one kept from the first call on reuses the graph compiled for it unmarked."""
+    return [None if s is not None and i not in written and _state.on_one_device(s) else s
+            for i, s in enumerate(shardings)]
 
 
 def _adoptable(chosen: list[sf.Sharding], given: list[sf.Sharding | None],
@@ -227,14 +227,14 @@ def _adoptable(chosen: list[sf.Sharding], given: list[sf.Sharding | None],
     tiled per call), and those every device reads whole (kept as views of
     their own memory, not converted again per call). The caller keeps the
     read ones that are the model's parameters. A graph with no annotation
-    runs on one device of several, whose mesh no annotation can name:
-    nothing is adopted there."""
+    runs on one device of several: its inputs are kept as on a one-device
+    runtime (a cache written where it lies, weights read where they lie)."""
     if not chosen:
         return []
     written = {m.input_index for m in mutations}
     devices = runtime.global_runtime_device_count()
     return [(i, sharding, i in written) for i, sharding in enumerate(chosen[:len(given)])
-            if given[i] is None and len(sharding.mesh.device_ids) == devices]
+            if given[i] is None and len(sharding.mesh.device_ids) in (devices, 1)]
 
 
 def _write_back(mutations: list[_mutation.Mutation], written: list[torch.Tensor], outputs: list[sf.Tensor],

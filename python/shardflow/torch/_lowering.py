@@ -23,7 +23,7 @@ import torch.fx
 
 import shardflow as sf
 
-from . import _complex, _mutation, _ops
+from . import _complex, _mutation, _ops, _state
 
 DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16", torch.int64: "i64",
           torch.int32: "i32", torch.bool: "bool"}
@@ -225,7 +225,9 @@ class Lowering:
             self.emit.declare(ref, type_text)
             self.values[node] = ref
             sharding = self.annotate_inputs[index] if index < len(self.annotate_inputs) else None
-            if sharding is not None:
+            # A layout on one device holds the input whole: no constraint (on a
+            # runtime of several devices no annotation can name that mesh).
+            if sharding is not None and not _state.on_one_device(sharding):
                 self.values[node] = self._annotation(ref, sharding, node)
         for node in self.gm.graph.nodes:
             if node.op == "get_attr" and not _only_device_ids(node):
@@ -351,7 +353,8 @@ class Lowering:
         new_ref = self._arg(mutation.new_value)
         sharding = self.annotate_inputs[mutation.input_index] if mutation.input_index < len(self.annotate_inputs) else None
         if sharding is not None:
-            mutation.state_output = add(self._annotation(new_ref, sharding, mutation.new_value), mutation.new_value)
+            kept = new_ref if _state.on_one_device(sharding) else self._annotation(new_ref, sharding, mutation.new_value)
+            mutation.state_output = add(kept, mutation.new_value)
         if mutation.writes is None:
             if mutation.state_output is None:
                 mutation.whole_output = add(new_ref, mutation.new_value)
