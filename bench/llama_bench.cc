@@ -23,8 +23,9 @@
 //                                 right before and right after it, and
 //                                 timed after one untimed step. Above 1 when
 //                                 the caches keep some weights from step to
-//                                 step (this VM reports a 508 MiB L3, more
-//                                 than stories110M's weights)
+//                                 step (a VM may have an L3 larger than
+//                                 stories110M's weights; llc_MiB is the
+//                                 kernel's figure, as lscpu prints it)
 //   same_bytes_bw_fraction        the same against a read of weights_MiB
 //                                 pass after pass (same_bytes_bw_GB_s): what
 //                                 the caches give a working set that size,
