@@ -31,6 +31,30 @@ int64_t ShardLayout::tile_edge(std::size_t dim, int64_t tile) const {
   return step != 0 && tile > size / step ? size : std::min(tile * step, size);
 }
 
+std::optional<std::vector<int64_t>> contiguous_shard_offsets(const ShardLayout& layout) {
+  int64_t tiles = 1;
+  for (int64_t count : layout.num_tiles) tiles *= count;
+  if (tiles != static_cast<int64_t>(layout.shards.size())) return std::nullopt;  // a tile on several devices
+  const std::size_t rank = layout.global_shape.size();
+  std::vector<int64_t> strides(rank, 1);
+  for (std::size_t d = rank; d-- > 1;) strides[d - 1] = strides[d] * layout.global_shape[d];
+  std::vector<int64_t> offsets;
+  offsets.reserve(layout.shards.size());
+  for (const DeviceShard& shard : layout.shards) {
+    int64_t offset = 0;
+    bool spread = false;  // a dim before this one covers more than one index
+    for (std::size_t d = 0; d < rank; ++d) {
+      const DimSlice& slice = shard.slices[d];
+      if (slice.size() != layout.shard_shape[d]) return std::nullopt;  // padded
+      if (spread && slice.size() != layout.global_shape[d]) return std::nullopt;
+      spread = spread || slice.size() > 1;
+      offset += slice.start * strides[d];
+    }
+    offsets.push_back(offset);
+  }
+  return offsets;
+}
+
 const DeviceShard& ShardLayout::shard_of(int64_t device) const {
   for (const DeviceShard& shard : shards) {
     if (shard.device == device) return shard;

@@ -287,4 +287,44 @@ TEST(ShardingProperties, SplitThenAssembleReturnsTheTensor) {
   }
 }
 
+TEST(ShardingProperties, ContiguousShardOffsetsAreTheShardsThatAreRunsOfTheTensor) {
+  // A shard may view the tensor's own memory (the torch bridge writes a KV
+  // cache in place that way) exactly when it is a run of consecutive
+  // elements of the row-major tensor, unpadded, and no two devices hold
+  // the same tile.
+  std::mt19937 rng(11);
+  int contiguous = 0;
+  for (int i = 0; i < kCases; ++i) {
+    const RandomCase c = random_case(rng);
+    int64_t elements = 1;
+    for (int64_t d : c.shape) elements *= d;
+    if (elements == 0 || elements > 4096) continue;
+    const sf::Sharding sharding = sf::Sharding::from_spec(c.mesh, c.spec);
+    const sf::ShardLayout layout = sf::shard_layout(sharding, c.shape);
+    std::vector<int32_t> global(static_cast<std::size_t>(elements));
+    std::iota(global.begin(), global.end(), 1);  // each element's offset + 1; padding reads 0
+    const auto shards = sf::split_into_shards(layout, std::as_bytes(std::span(global)), sizeof(int32_t));
+    int64_t tiles = 1;
+    for (int64_t count : layout.num_tiles) tiles *= count;
+    bool runs = tiles == static_cast<int64_t>(layout.shards.size());
+    std::vector<int64_t> starts;
+    for (const auto& bytes : shards) {
+      std::vector<int32_t> local(bytes.size() / sizeof(int32_t));
+      std::memcpy(local.data(), bytes.data(), bytes.size());
+      for (std::size_t e = 0; e < local.size(); ++e) {
+        runs = runs && local[e] != 0 && local[e] == local[0] + static_cast<int32_t>(e);
+      }
+      starts.push_back(local[0] - 1);
+    }
+    const std::optional<std::vector<int64_t>> offsets = sf::contiguous_shard_offsets(layout);
+    ASSERT_EQ(offsets.has_value(), runs) << sharding.to_hlo_v1().to_string() << " on "
+                                         << sf::python_int_tuple(c.shape);
+    if (offsets) {
+      EXPECT_EQ(*offsets, starts);
+      ++contiguous;
+    }
+  }
+  EXPECT_GT(contiguous, 100);  // the property was tested on both sides
+}
+
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -58,6 +59,13 @@ struct ShardLayout {
 ShardLayout shard_layout(const HloSharding& sharding, std::span<const int64_t> shape, int64_t num_devices);
 // Layout under shardflow's sharding (through its V1 form).
 ShardLayout shard_layout(const Sharding& sharding, std::span<const int64_t> shape);
+
+// Where each shard starts in the row-major global tensor, in elements (in
+// `layout.shards` order), when every shard is one contiguous run of it: no
+// padding, each tile held by one device, and past the first dim a shard
+// covers more than one index of, it covers whole dims. Then a shard can be
+// a view of the global tensor's memory. Else nullopt.
+std::optional<std::vector<int64_t>> contiguous_shard_offsets(const ShardLayout& layout);
 
 // Splits a row-major global tensor into one padded buffer per shard (in
 // `layout.shards` order); padding is zero bytes.
