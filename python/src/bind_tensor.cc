@@ -12,8 +12,10 @@
 #include "bindings.h"
 #include "convert.h"
 #include "shardflow/base/error.h"
+#include "shardflow/base/text.h"
 #include "shardflow/ir/op_def.h"
 #include "shardflow/ops/in_place.h"
+#include "shardflow/sharding/shard_layout.h"
 #include "shardflow/trace/call.h"
 #include "shardflow/trace/compile.h"
 #include "shardflow/trace/mark_sharding.h"
@@ -539,6 +541,46 @@ void bind_tensor(nb::module_& m) {
       [](const InputArray& array) { return Tensor(borrow_array(array, DenseTensor::Access::kWritable)); }, "array"_a,
       "from_dlpack, but a program this tensor is donated to may write its results into the memory it views (the "
       "torch bridge's in-place update of a KV cache on one device).");
+  m.def(
+      "_shards_are_runs",
+      [](const Sharding& sharding, const std::vector<int64_t>& shape) {
+        return contiguous_shard_offsets(shard_layout(sharding, shape)).has_value();
+      },
+      "sharding"_a, "shape"_a,
+      "Whether each device's shard of a row-major tensor of `shape` is one run of its elements, unpadded and "
+      "held by that device alone (contiguous_shard_offsets): then it can view the tensor's memory.");
+  m.def(
+      "_writable_shards",
+      [](const InputArray& array, const Sharding& sharding) {
+        const DenseTensor whole = borrow_array(array, DenseTensor::Access::kWritable);
+        const ShardLayout layout = shard_layout(sharding, whole.shape());
+        const std::optional<std::vector<int64_t>> offsets = contiguous_shard_offsets(layout);
+        if (!offsets || whole.numel() == 0) {
+          throw Error("_writable_shards: the shards of " + sharding.to_readable() + " over a tensor of shape " +
+                      python_int_tuple(whole.shape()) + " are not each one run of its memory");
+        }
+        const std::size_t element = element_size(whole.dtype());
+        std::vector<DenseTensor> shards;
+        for (int64_t offset : *offsets) {
+          // A holder per shard (a kernel writes in place only into a buffer
+          // nothing else holds), each keeping the array alive.
+          std::shared_ptr<std::byte> first(const_cast<std::byte*>(whole.data()) + offset * element,
+                                           [whole](std::byte*) {});
+          shards.push_back(
+              DenseTensor::borrow(whole.dtype(), layout.shard_shape, std::move(first), DenseTensor::Access::kWritable));
+        }
+        return Tensor::from_shards(whole.dtype(), whole.shape(), sharding, std::move(shards));
+      },
+      "array"_a, "sharding"_a,
+      "The array laid out with `sharding`, each device's shard a writable view of its run of the array's memory "
+      "(see _shards_are_runs): a program this tensor is donated to writes its results there (the torch bridge's "
+      "in-place update of a KV cache split across devices).");
+  m.def(
+      "_lies_in",
+      [](const Tensor& t, uintptr_t address) { return t.lies_in(reinterpret_cast<const std::byte*>(address)); }, "t"_a,
+      "address"_a,
+      "Whether t's values lie in the row-major memory starting at `address`: t held whole there, or each "
+      "device's shard at its run of it (as _writable_shards lays them).");
   m.def(
       "_data_address",
       [](const Tensor& t) -> uintptr_t {

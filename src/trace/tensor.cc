@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "shardflow/base/error.h"
+#include "shardflow/sharding/shard_layout.h"
 #include "shardflow/trace/call.h"
 #include "shardflow/trace/compile.h"
 #include "shardflow/trace/ops.h"
@@ -220,6 +221,18 @@ std::vector<LocalShard> Tensor::local_shards() const {
         {shard.device, shard.replica_id, shard.slices, shard.whole, impl_->meta ? DenseTensor() : impl_->shards[i]});
   }
   return result;
+}
+
+bool Tensor::lies_in(const std::byte* memory) const {
+  if (!impl_ || !impl_->is_concrete() || !impl_->donated_to.empty()) return false;
+  if (!impl_->sharding) return impl_->value && impl_->value->data() == memory;
+  const std::optional<std::vector<int64_t>> offsets = contiguous_shard_offsets(*impl_->layout);
+  if (!offsets) return false;
+  const std::size_t element = element_size(dtype());
+  for (std::size_t i = 0; i < offsets->size(); ++i) {
+    if (impl_->shards[i].data() != memory + static_cast<std::size_t>((*offsets)[i]) * element) return false;
+  }
+  return true;
 }
 
 Tensor Tensor::matmul(const Tensor& other) const { return shardflow::matmul(*this, other); }

@@ -74,24 +74,56 @@ def test_writes_to_a_cache_match_eager_pytorch(spmd, write, spec):
 
 
 @pytest.mark.parametrize("write", sorted(WRITES))
-@pytest.mark.parametrize("devices,spec", [(1, (None, "x", "y")), (1, None), (2, None)])
-def test_on_one_device_a_cache_is_written_in_its_own_memory(spmd, monkeypatch, write, devices, spec):
-    """A one-device graph (on a one-device runtime, or without annotations
-    on several devices, where it runs on device 0) is fed the cache's torch
-    memory: row writes land there (nothing copied back, the cache held
-    once), and the next call is fed that result again (no new view per
-    call). A new value the run may compute elsewhere (a product, a copy of
-    a sum) is copied in whole: `compare` checks the values after every call."""
+@pytest.mark.parametrize("devices,mesh_shape,spec", [
+    (1, (1, 1), (None, "x", "y")),
+    (1, (1, 1), None),
+    (2, (1, 1), None),  # no annotation: the graph runs on device 0
+    (2, (2,), ("x", None, None)),  # each device's shard: one batch row
+    (4, (2, 2), ("y", "x", None)),  # one batch row, half the positions
+])
+def test_a_cache_is_written_in_its_own_memory(spmd, monkeypatch, write, devices, mesh_shape, spec):
+    """A graph that writes a cache held on one device (a one-device runtime,
+    or no annotation on several devices, where it runs on device 0), or
+    split so that each device's shard is one run of its memory, is fed the
+    cache's torch memory: row writes land there (nothing copied back, the
+    cache held once), and the next call is fed that result again (no new
+    view per call). A new value the run may compute elsewhere (a product, a
+    copy of a sum) is copied in whole: `compare` checks the values after
+    every call."""
     spmd(devices)
     views = []
     real_view = _state.writable_view
-    monkeypatch.setattr(_state, "writable_view", lambda t: views.append(t) or real_view(t))
-    model = compare([write], spec, devices, (1, 1))
+    monkeypatch.setattr(_state, "writable_view", lambda t, s: views.append(t) or real_view(t, s))
+    model = compare([write], spec, devices, mesh_shape)
     if write in ("scaled_whole", "copied_whole"):
         assert len(views) == 4  # a new view on each of the 4 calls
     else:
         assert len(views) == 1  # the first call's
-        assert sf._core._data_address(_state.sharded(model.cache)) == model.cache.data_ptr()
+        assert sf._core._lies_in(_state.sharded(model.cache), model.cache.data_ptr())
+
+
+def test_a_cache_split_into_runs_of_its_memory_sees_a_zeroing_without_a_copy(spmd, monkeypatch):
+    """`cache.zero_()` between generations (Hugging Face's StaticCache.reset):
+    the next call is fed new views of the cache's memory, which hold the
+    zeros already; nothing is laid out again."""
+    spmd(2)
+    model = CacheStep(["index_copy_"])
+    xs.mark_sharding(model.cache, xs.Mesh(range(2), (2,), ("x",)), ("x", None, None))
+    step = torch.compile(model, backend="shardflow")
+    x = torch.ones(2, 1, 4)
+    with torch.no_grad():
+        step(x, torch.tensor([1]))
+        layouts = []
+        real_layout = sf.mark_sharding
+        monkeypatch.setattr(_state.sf, "mark_sharding", lambda *a, **k: layouts.append(a) or real_layout(*a, **k))
+        model.cache.zero_()
+        out = step(x, torch.tensor([3]))
+    assert layouts == []
+    expected = torch.zeros(2, 6, 4)
+    expected[:, 3] = 1
+    torch.testing.assert_close(model.cache, expected)
+    torch.testing.assert_close(out, expected.sum(1) * x[:, 0])
+    assert sf._core._lies_in(_state.sharded(model.cache), model.cache.data_ptr())
 
 
 def test_several_writes_in_one_call_on_an_uneven_sharded_dim(spmd):

@@ -79,6 +79,11 @@ class Tensor {
   // One entry per device, ordered by device id (replicated: every device
   // holds the whole tensor and its replica id is its device id).
   std::vector<LocalShard> local_shards() const;
+  // Whether the values lie in the row-major memory starting at `memory`:
+  // held whole there, or each device's shard at its run of it (see
+  // contiguous_shard_offsets). The torch bridge checks with it that a
+  // program fed views of a cache's memory wrote the cache there.
+  bool lies_in(const std::byte* memory) const;
 
   // Common ops as methods (the free functions in ops.h are the same ops).
   Tensor matmul(const Tensor& other) const;

@@ -173,7 +173,7 @@ class CompiledGraph:
             # What every device reads whole stays in torch's memory.
             for index, sharding, written in adopted:
                 t = args[index]
-                if written and _state.on_one_device(sharding) and not t.is_complex():
+                if written and _state.writes_in_place(t, sharding):
                     inputs[index] = _state.keep_in_place(t, sharding)
                     in_place.append(index)
                 elif not written and not any(sharding.dim_axes):

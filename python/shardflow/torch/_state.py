@@ -10,7 +10,9 @@ memory (``t.data = other``, which leaves ``_version``) its new values are laid
 out again with the same sharding. A compiled graph that writes the
 tensor (a KV cache) updates its shards in place and writes the same values
 into the torch tensor (``_mutation``), so its shards stay current without
-being laid out again. An entry is dropped when the torch tensor is collected.
+being laid out again; where its shards can be views of the torch tensor's
+own memory (see writes_in_place) the graph writes there and nothing is
+copied back. An entry is dropped when the torch tensor is collected.
 """
 
 from __future__ import annotations
@@ -30,15 +32,16 @@ class _Entry:
     version: int  # the torch tensor's _version when `sharded` held its values
     sharded: sf.Tensor
     sharding: sf.Sharding  # kept apart: `sharded` may be used up (donated to a run that failed)
-    # One device holds the whole tensor: a graph that writes it is fed the
-    # torch tensor's own memory and updates it there (see as_inputs).
-    one_device: bool = False
+    # A graph that writes it is fed the torch tensor's own memory and
+    # updates it there (see as_inputs): one device holds it whole, or each
+    # device's shard is one run of that memory (see writes_in_place).
+    in_place: bool = False
     # The torch tensor's data_ptr() when `sharded` was taken from it.
     address: int = 0
     # `sharded` views the torch tensor's own memory (see borrow_in_place).
     borrowed: bool = False
-    # `sharded` is the torch tensor's own memory, where a one-device run
-    # wrote it in place: the next run that writes it is fed it again.
+    # `sharded` is the torch tensor's own memory, where a run wrote it in
+    # place: the next run that writes it is fed it again.
     aliases: bool = False
 
 
@@ -75,17 +78,29 @@ def set_sharded(t: torch.Tensor, sharded: sf.Tensor, sharding: sf.Sharding | Non
     entry = _entries.get(key)
     if entry is not None and entry.tensor() is t:
         if entry.sharding is not sharding:
-            entry.one_device = on_one_device(sharding)
+            entry.in_place = writes_in_place(t, sharding)
         entry.version, entry.sharded, entry.sharding = t._version, sharded, sharding
         entry.address, entry.borrowed, entry.aliases = t.data_ptr(), borrowed, False
         return
     _entries[key] = _Entry(weakref.ref(t, lambda _: _entries.pop(key, None)), t._version, sharded, sharding,
-                           on_one_device(sharding), t.data_ptr(), borrowed)
+                           writes_in_place(t, sharding), t.data_ptr(), borrowed)
 
 
 def on_one_device(sharding: sf.Sharding) -> bool:
     """Whether the sharding's mesh is one device (which then holds the whole tensor)."""
     return len(sharding.mesh.device_ids) == 1
+
+
+def writes_in_place(t: torch.Tensor, sharding: sf.Sharding) -> bool:
+    """Whether a graph that writes t, laid out with `sharding`, can be fed
+    t's own memory to write: one device holds t whole, or each device's
+    shard is one run of t's memory (a KV cache split over heads, its batch
+    rows over another axis), held by that device alone. The cache is then
+    held once, runs write it where it lies (no rows copied back into t), and
+    a `zero_()` between generations is seen without a copy."""
+    if t.is_complex():
+        return False
+    return on_one_device(sharding) or sf._core._shards_are_runs(sharding, list(t.shape))
 
 
 def lay_out(t: torch.Tensor, sharding: sf.Sharding) -> sf.Tensor:
@@ -111,7 +126,7 @@ def _current_shards(entry: _Entry, t: torch.Tensor, expected_writes: int) -> sf.
             entry.sharded = _huge_paged_view(t)
         else:
             entry.sharded = sf.mark_sharding(to_shardflow(t), entry.sharding.mesh, entry.sharding.spec)
-        entry.version, entry.address = t._version, t.data_ptr()
+        entry.version, entry.address, entry.aliases = t._version, t.data_ptr(), False
     return entry.sharded
 
 
@@ -150,12 +165,12 @@ def as_inputs(args: list, written: frozenset[int], refuse: Callable[[object], No
         if entry is not None and entry.tensor() is t:
             if i not in written:
                 inputs.append(_current_shards(entry, t, 0))
-            elif entry.one_device and not t.is_complex():
+            elif entry.in_place:
                 # Its own memory: the last run's result, which is that
                 # memory while nothing else wrote the tensor since; else a
-                # new view of it.
+                # new view of it (after `cache.zero_()`: nothing to copy).
                 current = entry.aliases and entry.version + 1 == t._version and entry.address == t.data_ptr()
-                inputs.append(entry.sharded if current else writable_view(t))
+                inputs.append(entry.sharded if current else writable_view(t, entry.sharding))
                 in_place.append(i)
             elif entry.version + 1 != t._version or entry.address != t.data_ptr():
                 # Written outside shardflow since (``cache.zero_()``, or new
@@ -175,19 +190,22 @@ def as_inputs(args: list, written: frozenset[int], refuse: Callable[[object], No
     return inputs, shardings, in_place
 
 
-def writable_view(t: torch.Tensor) -> sf.Tensor:
-    """t's own memory, for a graph that writes t on one device: donated to the
-    run, it is updated where it lies, so t needs no copy of its new value
-    (nor, after ``t.zero_()``, a new layout). A KV cache is then held once,
-    not twice."""
-    return sf._core._from_dlpack_writable(_array(t))
+def writable_view(t: torch.Tensor, sharding: sf.Sharding) -> sf.Tensor:
+    """t's own memory, for a graph that writes t (see writes_in_place):
+    whole on one device, else laid out with `sharding`, each device's shard
+    viewing its run of it. Donated to the run, it is updated where it lies,
+    so t needs no copy of its new value (nor, after ``t.zero_()``, a new
+    layout). A KV cache is then held once, not twice."""
+    if on_one_device(sharding):
+        return sf._core._from_dlpack_writable(_array(t))
+    return sf._core._writable_shards(_array(t), sharding)
 
 
 def keep_in_place(t: torch.Tensor, sharding: sf.Sharding) -> sf.Tensor:
-    """Keeps `sharding` (of one device) for t, which a graph writes, without
-    a copy of it: returns t's writable view for this call."""
+    """Keeps `sharding` (see writes_in_place) for t, which a graph writes,
+    without a copy of it: returns t's writable view for this call."""
     set_sharded(t, _huge_paged_view(t), sharding)
-    return writable_view(t)
+    return writable_view(t, sharding)
 
 
 def keep_written_in_place(t: torch.Tensor, new_value: sf.Tensor, sharding: sf.Sharding) -> None:
@@ -195,7 +213,7 @@ def keep_written_in_place(t: torch.Tensor, new_value: sf.Tensor, sharding: sf.Sh
     `new_value` is t's from now on. Where the run wrote it into that memory,
     t holds it already; else (the run used the memory for a step on the
     way) it is copied in."""
-    aliases = sf._core._data_address(new_value) == t.data_ptr()
+    aliases = sf._core._lies_in(new_value, t.data_ptr())
     if not aliases:
         t.copy_(torch.from_dlpack(new_value))
     set_sharded(t, new_value, sharding)  # after the copy, which moved t's _version on
