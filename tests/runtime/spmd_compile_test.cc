@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "shardflow/runtime/runtime.h"
+#include "shardflow/sharding/shard_layout.h"
 #include "shardflow/shardflow.h"
 #include "shardflow/tensor/gemm.h"
 
@@ -224,6 +225,53 @@ TEST(SpmdCompile, ADonatedReplicatedResultIsUpdatedInPlaceOnEachDevice) {
       }
     }
   }
+}
+
+// The torch bridge's in-place cache on several devices: each device's shard
+// is a writable view of its run of one buffer (the torch tensor's memory).
+// Donated, the shards are updated there, and the result lies in the buffer.
+TEST(SpmdCompile, ShardsViewingRunsOfOneBufferAreUpdatedThere) {
+  sf::Runtime runtime = sf::Runtime::local(4);
+  const sf::Mesh mesh(iota(4), {4}, {"x"});
+  const sf::PartitionSpec spec{"x", sf::none, sf::none};
+  const auto mesh_ptr = std::make_shared<const sf::Mesh>(mesh);
+  const sf::Sharding sharding = sf::Sharding::from_spec(mesh_ptr, spec);
+  sf::CompiledFunction step(
+      [&](const std::vector<sf::Tensor>& in) {
+        return std::vector<sf::Tensor>{sf::mark_sharding(sf::index_copy(in[0], 1, in[1], in[2]), mesh, spec)};
+      },
+      "cache_update");
+  step.donate_inputs({0});
+  std::vector<float> memory(4 * 3 * 2, 0.0f);  // [4, 3, 2], row-major
+  auto* base = reinterpret_cast<std::byte*>(memory.data());
+  const auto views_of_memory = [&] {
+    const sf::ShardLayout layout = sf::shard_layout(sharding, std::vector<int64_t>{4, 3, 2});
+    const std::optional<std::vector<int64_t>> offsets = sf::contiguous_shard_offsets(layout);
+    EXPECT_TRUE(offsets.has_value());
+    std::vector<sf::DenseTensor> shards;
+    for (int64_t offset : offsets.value_or(std::vector<int64_t>{})) {
+      std::shared_ptr<std::byte> first(base + offset * static_cast<int64_t>(sizeof(float)), [](std::byte*) {});
+      shards.push_back(sf::DenseTensor::borrow(sf::DType::kF32, layout.shard_shape, std::move(first),
+                                               sf::DenseTensor::Access::kWritable));
+    }
+    return sf::Tensor::from_shards(sf::DType::kF32, {4, 3, 2}, sharding, std::move(shards));
+  };
+  const sf::Tensor row = sf::Tensor::from_floats(std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8}, {4, 1, 2});
+  std::vector<sf::Tensor> inputs{views_of_memory(), sf::Tensor::from_ints(std::vector<int64_t>{2}, {1}), row};
+  EXPECT_TRUE(inputs[0].lies_in(base));
+  const sf::Tensor updated = step.call(inputs)[0];
+  EXPECT_TRUE(updated.lies_in(base)) << "the devices wrote their rows where the shards lie";
+  EXPECT_FALSE(updated.lies_in(base + sizeof(float)));
+  for (int b = 0; b < 4; ++b) {
+    EXPECT_EQ(memory[static_cast<std::size_t>(b * 6 + 4)], static_cast<float>(2 * b + 1));
+    EXPECT_EQ(memory[static_cast<std::size_t>(b * 6 + 5)], static_cast<float>(2 * b + 2));
+  }
+  // Copies do not lie there; a plain tensor lies in its own memory.
+  sf::Tensor copied = sf::Tensor::from_floats(memory, {4, 3, 2});
+  EXPECT_TRUE(copied.lies_in(copied.value().data()));
+  EXPECT_FALSE(copied.lies_in(base));
+  sf::mark_sharding(copied, mesh, spec);
+  EXPECT_FALSE(copied.lies_in(base));
 }
 
 // Attention sharded over heads runs locally; keys split along the sequence
