@@ -112,22 +112,6 @@ void SpmdRunner::fetch_shards(std::vector<DenseTensor>& shards, const ShardLayou
   }
 }
 
-namespace {
-
-// Sets kernel_threads() for a scope, then restores it.
-class KernelThreadsFor {
- public:
-  explicit KernelThreadsFor(int threads) : previous_(kernel_threads()) { set_kernel_threads(threads); }
-  ~KernelThreadsFor() { set_kernel_threads(previous_); }
-  KernelThreadsFor(const KernelThreadsFor&) = delete;
-  KernelThreadsFor& operator=(const KernelThreadsFor&) = delete;
-
- private:
-  int previous_;
-};
-
-}  // namespace
-
 std::vector<Tensor> SpmdRunner::run(const PreparedGraph& prepared, std::vector<Tensor> inputs, OpProfile* profile) {
   const auto& spmd = dynamic_cast<const SpmdPrepared&>(prepared);
   // A program on one device while the others idle: its kernels get their
@@ -135,7 +119,7 @@ std::vector<Tensor> SpmdRunner::run(const PreparedGraph& prepared, std::vector<T
   // stories15M at 200 tokens/s on one kernel thread, 330 on one device).
   // The bits do not depend on the thread count.
   if (spmd.program.mesh->size() == 1 && num_devices_ > 1 && alone_kernel_threads_ > 0) {
-    const KernelThreadsFor threads(alone_kernel_threads_);
+    const ScopedKernelThreads threads(alone_kernel_threads_);
     return run_program(spmd.program, num_devices_, run_on_devices_, std::move(inputs), profile);
   }
   return run_program(spmd.program, num_devices_, run_on_devices_, std::move(inputs), profile);

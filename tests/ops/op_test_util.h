@@ -41,16 +41,7 @@ struct TestArg {
 
 // Sets the process's kernel threads for a scope (tests run with
 // OPENBLAS_NUM_THREADS=1, so split kernels need this to split).
-class KernelThreads {
- public:
-  explicit KernelThreads(int threads) : previous_(kernel_threads()) { set_kernel_threads(threads); }
-  ~KernelThreads() { set_kernel_threads(previous_); }
-  KernelThreads(const KernelThreads&) = delete;
-  KernelThreads& operator=(const KernelThreads&) = delete;
-
- private:
-  int previous_;
-};
+using KernelThreads = ScopedKernelThreads;
 
 inline TestArg kw(std::string name, TestArg arg) {
   arg.keyword = std::move(name);

@@ -304,8 +304,7 @@ TEST(SpmdCompile, AProgramOnOneDeviceOfSeveralRunsItsKernelsOnTheIdleDevicesCore
   // A graph without annotations runs on device 0 alone: its kernels get the
   // kernel threads there were before the runtime (here 2), not the one
   // each device has while all of them compute.
-  const int threads_before = sf::kernel_threads();
-  sf::set_kernel_threads(2);
+  const sf::ScopedKernelThreads two(2);
   const sf::Tensor x = sf::randn({4, 256}, 1);
   const sf::Tensor w = sf::randn({256, 4096}, 2);
   const sf::Tensor expected = sf::matmul(x, w);
@@ -320,5 +319,4 @@ TEST(SpmdCompile, AProgramOnOneDeviceOfSeveralRunsItsKernelsOnTheIdleDevicesCore
     EXPECT_EQ(result.to_floats(), expected.to_floats());  // the same bits for any thread count
   }
   EXPECT_EQ(sf::kernel_threads(), 2);
-  sf::set_kernel_threads(threads_before);
 }

@@ -35,6 +35,18 @@ void gemm_f32(const GemmShape& shape, const float* a, const float* b, float* c, 
 void set_kernel_threads(int threads);
 int kernel_threads();
 
+// Sets kernel_threads() for a scope, then restores what it was.
+class ScopedKernelThreads {
+ public:
+  explicit ScopedKernelThreads(int threads) : previous_(kernel_threads()) { set_kernel_threads(threads); }
+  ~ScopedKernelThreads() { set_kernel_threads(previous_); }
+  ScopedKernelThreads(const ScopedKernelThreads&) = delete;
+  ScopedKernelThreads& operator=(const ScopedKernelThreads&) = delete;
+
+ private:
+  int previous_;
+};
+
 // How many kernel calls so far were split over more than one thread.
 int64_t parallel_kernel_calls();
 
