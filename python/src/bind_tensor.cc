@@ -8,6 +8,8 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
+
 #include "arrays.h"
 #include "bindings.h"
 #include "convert.h"
@@ -544,11 +546,12 @@ void bind_tensor(nb::module_& m) {
   m.def(
       "_shards_are_runs",
       [](const Sharding& sharding, const std::vector<int64_t>& shape) {
-        return contiguous_shard_offsets(shard_layout(sharding, shape)).has_value();
+        const bool empty = std::find(shape.begin(), shape.end(), 0) != shape.end();
+        return !empty && contiguous_shard_offsets(shard_layout(sharding, shape)).has_value();
       },
       "sharding"_a, "shape"_a,
-      "Whether each device's shard of a row-major tensor of `shape` is one run of its elements, unpadded and "
-      "held by that device alone (contiguous_shard_offsets): then it can view the tensor's memory.");
+      "Whether each device's shard of a row-major tensor of `shape` (not empty) is one run of its elements, "
+      "unpadded and held by that device alone (contiguous_shard_offsets): then it can view the tensor's memory.");
   m.def(
       "_writable_shards",
       [](const InputArray& array, const Sharding& sharding) {

@@ -102,6 +102,17 @@ def test_a_cache_is_written_in_its_own_memory(spmd, monkeypatch, write, devices,
         assert sf._core._lies_in(_state.sharded(model.cache), model.cache.data_ptr())
 
 
+def test_which_layouts_let_shards_view_runs_of_the_tensor(spmd):
+    spmd(4)
+    mesh = xs.Mesh(range(4), (2, 2), ("x", "y"))._core()
+    runs = lambda spec, shape: sf._core._shards_are_runs(sf.Sharding.from_spec(mesh, spec), shape)  # noqa: E731
+    assert runs(("x", "y", None), [2, 6, 4])  # one row, half the positions: a run
+    assert not runs((None, "x", "y"), [2, 6, 4])  # every row's slice: not a run
+    assert not runs(("x", None, None), [2, 6, 4])  # each tile on two devices ('y' replicates)
+    assert not runs(("x", "y", None), [2, 5, 4])  # padded
+    assert not runs(("x", "y", None), [2, 0, 4])  # empty: nothing to view
+
+
 def test_a_cache_split_into_runs_of_its_memory_sees_a_zeroing_without_a_copy(spmd, monkeypatch):
     """`cache.zero_()` between generations (Hugging Face's StaticCache.reset):
     the next call is fed new views of the cache's memory, which hold the

@@ -353,7 +353,8 @@ class Lowering:
         new_ref = self._arg(mutation.new_value)
         sharding = self.annotate_inputs[mutation.input_index] if mutation.input_index < len(self.annotate_inputs) else None
         if sharding is not None:
-            kept = new_ref if _state.on_one_device(sharding) else self._annotation(new_ref, sharding, mutation.new_value)
+            whole = _state.on_one_device(sharding)
+            kept = new_ref if whole else self._annotation(new_ref, sharding, mutation.new_value)
             mutation.state_output = add(kept, mutation.new_value)
         if mutation.writes is None:
             if mutation.state_output is None:
