@@ -116,6 +116,14 @@ static DenseTensor value_of(const Tensor& t) {
   return t.value();
 }
 
+// Where each shard of `layout` starts, when every shard can be a view of
+// the tensor's memory (contiguous_shard_offsets) and there is memory to view.
+static std::optional<std::vector<int64_t>> viewable_shard_offsets(const ShardLayout& layout) {
+  const auto& shape = layout.global_shape;
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return std::nullopt;
+  return contiguous_shard_offsets(layout);
+}
+
 struct PyLocalShard {
   LocalShard shard;
 };
@@ -546,8 +554,7 @@ void bind_tensor(nb::module_& m) {
   m.def(
       "_shards_are_runs",
       [](const Sharding& sharding, const std::vector<int64_t>& shape) {
-        const bool empty = std::find(shape.begin(), shape.end(), 0) != shape.end();
-        return !empty && contiguous_shard_offsets(shard_layout(sharding, shape)).has_value();
+        return viewable_shard_offsets(shard_layout(sharding, shape)).has_value();
       },
       "sharding"_a, "shape"_a,
       "Whether each device's shard of a row-major tensor of `shape` (not empty) is one run of its elements, "
@@ -557,8 +564,8 @@ void bind_tensor(nb::module_& m) {
       [](const InputArray& array, const Sharding& sharding) {
         const DenseTensor whole = borrow_array(array, DenseTensor::Access::kWritable);
         const ShardLayout layout = shard_layout(sharding, whole.shape());
-        const std::optional<std::vector<int64_t>> offsets = contiguous_shard_offsets(layout);
-        if (!offsets || whole.numel() == 0) {
+        const std::optional<std::vector<int64_t>> offsets = viewable_shard_offsets(layout);
+        if (!offsets) {
           throw Error("_writable_shards: the shards of " + sharding.to_readable() + " over a tensor of shape " +
                       python_int_tuple(whole.shape()) + " are not each one run of its memory");
         }
@@ -584,17 +591,6 @@ void bind_tensor(nb::module_& m) {
       "address"_a,
       "Whether t's values lie in the row-major memory starting at `address`: t held whole there, or each "
       "device's shard at its run of it (as _writable_shards lays them).");
-  m.def(
-      "_data_address",
-      [](const Tensor& t) -> uintptr_t {
-        if (t.is_meta() || t.is_traced()) return 0;
-        if (!t.sharding()) return reinterpret_cast<uintptr_t>(t.value().data());
-        const std::vector<LocalShard> shards = t.local_shards();
-        return shards.size() == 1 && shards[0].whole ? reinterpret_cast<uintptr_t>(shards[0].data.data()) : 0;
-      },
-      "t"_a,
-      "The address of the first element of a tensor held whole in one buffer (unsharded, or laid out on one "
-      "device); else 0.");
   m.def(
       "_collapse_into_huge_pages",
       [](const Tensor& t) {

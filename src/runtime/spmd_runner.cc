@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <optional>
 
 #include "shardflow/base/error.h"
 #include "shardflow/ir/text.h"
@@ -118,9 +119,9 @@ std::vector<Tensor> SpmdRunner::run(const PreparedGraph& prepared, std::vector<T
   // cores (a graph without annotations on 2 in-process devices decoded
   // stories15M at 200 tokens/s on one kernel thread, 330 on one device).
   // The bits do not depend on the thread count.
+  std::optional<ScopedKernelThreads> threads;
   if (spmd.program.mesh->size() == 1 && num_devices_ > 1 && alone_kernel_threads_ > 0) {
-    const ScopedKernelThreads threads(alone_kernel_threads_);
-    return run_program(spmd.program, num_devices_, run_on_devices_, std::move(inputs), profile);
+    threads.emplace(alone_kernel_threads_);
   }
   return run_program(spmd.program, num_devices_, run_on_devices_, std::move(inputs), profile);
 }
