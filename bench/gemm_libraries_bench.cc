@@ -48,13 +48,13 @@ struct Product {
 // The prefill products: a 16- and a 128-token prompt at stories110M's shape, a
 // 512-token prompt at 7B's (one head's attention products: head dim 64 / 128).
 const Product kProducts[] = {
-    {"square 1024^3", 1024, 1024, 1024, false},         {"2048x8192x2048", 2048, 2048, 8192, false},
-    {"110M wq/wk/wv/wo, 16 tok", 16, 768, 768, true},   {"110M wq/wk/wv/wo, 128 tok", 128, 768, 768, true},
-    {"110M w1/w3, 128 tok", 128, 2048, 768, true},      {"110M w2, 128 tok", 128, 768, 2048, true},
-    {"110M output, 128 tok", 128, 32000, 768, true},    {"110M q.k^T, 128 tok", 128, 128, 64, true},
-    {"7B wq/wk/wv/wo, 512 tok", 512, 4096, 4096, true}, {"7B w1/w3, 512 tok", 512, 11008, 4096, true},
-    {"7B w2, 512 tok", 512, 4096, 11008, true},         {"7B q.k^T, 512 tok", 512, 512, 128, true},
-    {"7B p.v, 512 tok", 512, 128, 512, false},
+    {"square 1024^3", 1024, 1024, 1024, false},         {"2048x2048x8192", 2048, 2048, 8192, false},
+    {"2048x8192x2048", 2048, 8192, 2048, false},        {"110M wq/wk/wv/wo, 16 tok", 16, 768, 768, true},
+    {"110M wq/wk/wv/wo, 128 tok", 128, 768, 768, true}, {"110M w1/w3, 128 tok", 128, 2048, 768, true},
+    {"110M w2, 128 tok", 128, 768, 2048, true},         {"110M output, 128 tok", 128, 32000, 768, true},
+    {"110M q.k^T, 128 tok", 128, 128, 64, true},        {"7B wq/wk/wv/wo, 512 tok", 512, 4096, 4096, true},
+    {"7B w1/w3, 512 tok", 512, 11008, 4096, true},      {"7B w2, 512 tok", 512, 4096, 11008, true},
+    {"7B q.k^T, 512 tok", 512, 512, 128, true},         {"7B p.v, 512 tok", 512, 128, 512, false},
 };
 
 using Gemm = std::function<void(const Product&, const float*, const float*, float*)>;

@@ -207,12 +207,14 @@ TEST(Gemm, BlocksSplitOverThreadsGiveTheBitsOfOneThread) {
     bool transpose_a, transpose_b, accumulate;
   };
   // Column splits, then row splits, each with all four transpose combinations;
-  // then one of each whose blocks are widened to keep oneDNN packing.
+  // then one of each whose blocks are widened to keep oneDNN packing; then
+  // two cut both ways (2x2 tiles: squarer than 4 blocks along one side).
   for (const Shape& s : {Shape{128, 768, 288, false, true, false}, Shape{64, 2000, 200, false, false, true},
                          Shape{96, 1500, 160, true, true, false}, Shape{80, 1700, 150, true, false, false},
                          Shape{3000, 40, 256, false, true, false}, Shape{4000, 48, 128, true, false, true},
                          Shape{3000, 40, 256, false, false, false}, Shape{2500, 56, 160, true, true, true},
-                         Shape{1024, 800, 32, false, false, false}, Shape{1600, 600, 24, true, true, true}}) {
+                         Shape{1024, 800, 32, false, false, false}, Shape{1600, 600, 24, true, true, true},
+                         Shape{2200, 2200, 32, false, true, false}, Shape{2100, 1900, 24, true, true, true}}) {
     const std::string label = "m=" + std::to_string(s.m) + " n=" + std::to_string(s.n) + " k=" + std::to_string(s.k) +
                               (s.transpose_a ? " A^T" : "") + (s.transpose_b ? " B^T" : "");
     const auto a = random_floats(s.m * s.k, 7);
