@@ -2,6 +2,8 @@
 // that start at multiples of align, for any thread count, split and rhythm
 // of calls.
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <sched.h>
 
 #include <atomic>
 #include <chrono>
@@ -143,6 +145,42 @@ TEST(ParallelFor, AThreadStuckInAChunkLeavesTheRestOfItsShareToTheOthers) {
     EXPECT_TRUE(others_done.load()) << threads << " threads: the rest was left for the stuck thread";
     EXPECT_EQ(visits.miscounted(), 0) << threads << " threads";
   }
+}
+
+// The pool's workers may first be started by a thread pinned to one CPU (a
+// device thread running a one-device program on a multi-device runtime).
+// They run where the process may, not on that CPU: else every kernel split
+// would share the one core with its caller.
+TEST(ParallelFor, WorkersStartedByAPinnedThreadRunWhereTheProcessMay) {
+  cpu_set_t process;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(process), &process), 0);
+  if (CPU_COUNT(&process) < 2) GTEST_SKIP() << "needs 2 CPUs to pin a thread to one of them";
+  int first_cpu = 0;
+  while (!CPU_ISSET(first_cpu, &process)) ++first_cpu;
+  std::atomic<int> worker_chunks{0}, pinned_worker_chunks{0};
+  std::thread starter([&] {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(first_cpu, &one);
+    ASSERT_EQ(pthread_setaffinity_np(pthread_self(), sizeof(one), &one), 0);
+    const std::thread::id self = std::this_thread::get_id();
+    const KernelThreads two(2);
+    sf::parallel_for(64, 1, 1, [&](int64_t, int64_t) {
+      if (std::this_thread::get_id() == self) {
+        // Hold the starter's chunk until a worker ran one (a deadline keeps a
+        // broken pool from hanging the test).
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+        while (worker_chunks.load() == 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+        return;
+      }
+      cpu_set_t mine;
+      if (sched_getaffinity(0, sizeof(mine), &mine) != 0 || !CPU_EQUAL(&mine, &process)) ++pinned_worker_chunks;
+      ++worker_chunks;
+    });
+  });
+  starter.join();
+  EXPECT_GT(worker_chunks.load(), 0) << "no chunk ran on a worker";
+  EXPECT_EQ(pinned_worker_chunks.load(), 0) << "workers kept their starter's one CPU";
 }
 
 // A kernel that calls another from inside its body runs the inner call on
