@@ -75,14 +75,21 @@ float sigmoid(float x) { return 1.0f / (1.0f + exp_approx(-x)); }
 
 void register_unary_ops(OpRegistry& r) {
   add_unary(r, "aten::abs(Tensor self) -> Tensor", UnaryResult::kSame, [](auto x) { return x < 0 ? -x : x; });
+  add_unary(r, "aten::ceil(Tensor self) -> Tensor", UnaryResult::kSame, [](auto x) { return std::ceil(x); });
   add_unary(r, "aten::cos(Tensor self) -> Tensor", UnaryResult::kFloat, [](auto x) { return std::cos(x); });
+  add_unary(r, "aten::erf(Tensor self) -> Tensor", UnaryResult::kFloat, [](auto x) { return std::erf(x); });
   add_unary(r, "aten::exp(Tensor self) -> Tensor", UnaryResult::kFloat,
             [](auto x) { return exp_approx(static_cast<float>(x)); });
+  add_unary(r, "aten::expm1(Tensor self) -> Tensor", UnaryResult::kFloat, [](auto x) { return std::expm1(x); });
+  add_unary(r, "aten::floor(Tensor self) -> Tensor", UnaryResult::kSame, [](auto x) { return std::floor(x); });
   add_unary(r, "aten::log(Tensor self) -> Tensor", UnaryResult::kFloat, [](auto x) { return std::log(x); });
+  add_unary(r, "aten::log1p(Tensor self) -> Tensor", UnaryResult::kFloat, [](auto x) { return std::log1p(x); });
   add_unary(
       r, "aten::neg(Tensor self) -> Tensor", UnaryResult::kSame, [](auto x) { return -x; }, Linearity::kLinear);
   add_unary(r, "aten::relu(Tensor self) -> Tensor", UnaryResult::kSame,
             [](auto x) { return x > 0 ? x : decltype(x){0}; });
+  // Halves to even, as PyTorch (the default rounding mode).
+  add_unary(r, "aten::round(Tensor self) -> Tensor", UnaryResult::kSame, [](auto x) { return std::nearbyint(x); });
   add_unary(r, "aten::rsqrt(Tensor self) -> Tensor", UnaryResult::kFloat, [](auto x) { return 1.0f / std::sqrt(x); });
   add_unary(r, "aten::sigmoid(Tensor self) -> Tensor", UnaryResult::kFloat,
             [](auto x) { return sigmoid(static_cast<float>(x)); });
@@ -91,6 +98,7 @@ void register_unary_ops(OpRegistry& r) {
   add_unary(r, "aten::sin(Tensor self) -> Tensor", UnaryResult::kFloat, [](auto x) { return std::sin(x); });
   add_unary(r, "aten::sqrt(Tensor self) -> Tensor", UnaryResult::kFloat, [](auto x) { return std::sqrt(x); });
   add_unary(r, "aten::tanh(Tensor self) -> Tensor", UnaryResult::kFloat, [](auto x) { return std::tanh(x); });
+  add_unary(r, "aten::trunc(Tensor self) -> Tensor", UnaryResult::kSame, [](auto x) { return std::trunc(x); });
 
   OpDef gelu = unary_def(UnaryResult::kFloat);
   // PyTorch's check of `approximate`, made when the graph is verified rather

@@ -63,17 +63,24 @@ struct UnaryRow {
 
 const UnaryRow kUnary[] = {
     {"aten::abs", [](double x) { return std::abs(x); }, -3, 3},
+    {"aten::ceil", [](double x) { return std::ceil(x); }, -3, 3},
     {"aten::cos", [](double x) { return std::cos(x); }, -3, 3},
+    {"aten::erf", [](double x) { return std::erf(x); }, -4, 4},
     {"aten::exp", [](double x) { return std::exp(x); }, -20, 20},
+    {"aten::expm1", [](double x) { return std::expm1(x); }, -1e-3, 1e-3},
+    {"aten::floor", [](double x) { return std::floor(x); }, -3, 3},
     {"aten::log", [](double x) { return std::log(x); }, 0.01, 5},
+    {"aten::log1p", [](double x) { return std::log1p(x); }, -1e-3, 1e-3},
     {"aten::neg", [](double x) { return -x; }, -3, 3},
     {"aten::relu", [](double x) { return x > 0 ? x : 0.0; }, -3, 3},
+    {"aten::round", [](double x) { return std::nearbyint(x); }, -3, 3},
     {"aten::rsqrt", [](double x) { return 1 / std::sqrt(x); }, 0.01, 5},
     {"aten::sigmoid", [](double x) { return 1 / (1 + std::exp(-x)); }, -20, 20},
     {"aten::silu", [](double x) { return x / (1 + std::exp(-x)); }, -20, 20},
     {"aten::sin", [](double x) { return std::sin(x); }, -3, 3},
     {"aten::sqrt", [](double x) { return std::sqrt(x); }, 0, 5},
     {"aten::tanh", [](double x) { return std::tanh(x); }, -5, 5},
+    {"aten::trunc", [](double x) { return std::trunc(x); }, -3, 3},
 };
 
 sf::DenseTensor uniform(sf::Shape shape, double lo, double hi, std::mt19937& rng) {
@@ -93,6 +100,18 @@ TEST(ElementwiseOps, UnaryMatchesReference) {
       for (double v : to_doubles(x)) expected.push_back(row.reference(v));
       EXPECT_TRUE(all_close(to_doubles(y), expected, 2e-6, 1e-6)) << row.op;
     }
+  }
+}
+
+// PyTorch rounds halves to even, and rounding an integer tensor keeps it.
+TEST(ElementwiseOps, RoundingHalvesGoToEvenAndIntegersStayIntegers) {
+  const sf::DenseTensor halves = from_floats({-2.5f, -1.5f, -0.5f, 0.5f, 1.5f, 2.5f}, {6});
+  EXPECT_EQ(to_doubles(call("aten::round", {halves})), (std::vector<double>{-2, -2, 0, 0, 2, 2}));
+  const sf::DenseTensor ints = from_ints({-3, 0, 7}, {3});
+  for (const char* op : {"aten::round", "aten::floor", "aten::ceil", "aten::trunc"}) {
+    const sf::DenseTensor y = call(op, {ints});
+    EXPECT_EQ(y.dtype(), sf::DType::kI64) << op;
+    EXPECT_EQ(to_doubles(y), (std::vector<double>{-3, 0, 7})) << op;
   }
 }
 
