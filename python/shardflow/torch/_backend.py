@@ -27,7 +27,7 @@ from torch._dynamo.backends.common import aot_autograd
 
 import shardflow as sf
 
-from . import _lowering, _mutation, _state, runtime
+from . import _decompositions, _lowering, _mutation, _state, runtime
 
 _graph_ids = itertools.count()
 class CompiledGraphs:
@@ -296,4 +296,4 @@ def _backward_compiler(gm: torch.fx.GraphModule, example_inputs: list[Any]):
 # copy_ at its end) for shardflow to apply, instead of AOTAutograd copying
 # every written input back whole after each call.
 backend = aot_autograd(fw_compiler=_forward_compiler, bw_compiler=_backward_compiler,
-                       keep_inference_input_mutations=True)
+                       keep_inference_input_mutations=True, decompositions=_decompositions.table())

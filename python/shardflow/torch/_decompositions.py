@@ -1,0 +1,304 @@
+"""aten ops shardflow has no kernel for, written in ops it has.
+
+AOTAutograd applies this table while it traces a graph, so the lowering only
+sees what the functions below emit. PyTorch's own decompositions mostly produce
+prims (prims::var, prims::rev, copy_to, ...) that shardflow lacks too; these
+produce ops it has, each with its sharding rule, so a sharded input stays
+sharded through them. Each is checked against eager PyTorch on sharded inputs
+(tests/python/test_torch_decompositions.py). An op neither here nor in
+shardflow's op set is still a LoweringError naming it and the source line.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+from torch._decomp import get_decompositions
+
+import shardflow as sf
+
+from ._lowering import _ir_name
+
+aten = torch.ops.aten
+
+DECOMPOSITIONS: dict[torch._ops.OpOverload, Callable] = {}
+
+# The few ops whose PyTorch decompositions produce ops shardflow has.
+TORCH_DECOMPOSED = [aten.addcmul.default, aten.leaky_relu.default, aten.glu.default, aten.linalg_vector_norm.default,
+                    aten.repeat.default]
+
+
+def table() -> dict[torch._ops.OpOverload, Callable]:
+    """What AOTAutograd decomposes for the backend: the ops above and those
+    below, except any shardflow has a kernel (and sharding rule) for."""
+    have = sf.op_schemas()
+    both = {**get_decompositions(TORCH_DECOMPOSED), **DECOMPOSITIONS}
+    return {op: fn for op, fn in both.items() if isinstance(op, torch._ops.OpOverload) and _ir_name(op) not in have}
+
+
+def _decomposes(*ops: torch._ops.OpOverload):
+    def register(fn: Callable) -> Callable:
+        for op in ops:
+            DECOMPOSITIONS[op] = fn
+        return fn
+    return register
+
+
+def _dims(x: torch.Tensor, dim) -> list[int]:
+    """The reduced dims, each in [0, rank); None or [] reduce them all (as var/std do)."""
+    if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
+        return list(range(x.dim()))
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    return [d % max(x.dim(), 1) for d in dims]
+
+
+def _scalar(value, like: torch.Tensor) -> torch.Tensor:
+    return aten.full.default([], value, dtype=torch.result_type(like, value))
+
+
+# Variance: mean, squared deviations, sum, divided by N - correction (as
+# PyTorch, a non-positive divisor gives inf or nan).
+def _var(x: torch.Tensor, dim, correction, keepdim: bool) -> torch.Tensor:
+    dims = _dims(x, dim)
+    count = math.prod(x.shape[d] for d in dims)
+    deviation = x - aten.mean.dim(x, dims, True)
+    squares = aten.sum.dim_IntList(deviation * deviation, dims, keepdim)
+    return squares / (count - (1 if correction is None else correction))
+
+
+@_decomposes(aten.var.correction)
+def _var_correction(x, dim=None, *, correction=None, keepdim=False):
+    return _var(x, dim, correction, keepdim)
+
+
+@_decomposes(aten.std.correction)
+def _std_correction(x, dim=None, *, correction=None, keepdim=False):
+    return aten.sqrt.default(_var(x, dim, correction, keepdim))
+
+
+@_decomposes(aten.var_mean.correction)
+def _var_mean(x, dim=None, *, correction=None, keepdim=False):
+    return _var(x, dim, correction, keepdim), aten.mean.dim(x, _dims(x, dim), keepdim)
+
+
+@_decomposes(aten.std_mean.correction)
+def _std_mean(x, dim=None, *, correction=None, keepdim=False):
+    return aten.sqrt.default(_var(x, dim, correction, keepdim)), aten.mean.dim(x, _dims(x, dim), keepdim)
+
+
+# Clamps: maximum and minimum, which keep a NaN as clamp does.
+@_decomposes(aten.clamp.default)
+def _clamp(x, min=None, max=None):
+    if min is not None:
+        x = aten.maximum.default(x, _scalar(min, x))
+    if max is not None:
+        x = aten.minimum.default(x, _scalar(max, x))
+    return x
+
+
+@_decomposes(aten.clamp_min.default)
+def _clamp_min(x, min):
+    return _clamp(x, min, None)
+
+
+@_decomposes(aten.clamp_max.default)
+def _clamp_max(x, max):
+    return _clamp(x, None, max)
+
+
+@_decomposes(aten.hardtanh.default)
+def _hardtanh(x, min_val=-1, max_val=1):
+    return _clamp(x, min_val, max_val)
+
+
+@_decomposes(aten.hardsigmoid.default)
+def _hardsigmoid(x):
+    return _clamp(x + 3, 0, 6) / 6
+
+
+@_decomposes(aten.hardswish.default)
+def _hardswish(x):
+    return x * _clamp(x + 3, 0, 6) / 6
+
+
+@_decomposes(aten.elu.default)
+def _elu(x, alpha=1, scale=1, input_scale=1):
+    return aten.where.self(x > 0, x * scale, (aten.exp.default(x * input_scale) - 1) * (alpha * scale))
+
+
+@_decomposes(aten.softplus.default)
+def _softplus(x, beta=1, threshold=20):
+    scaled = x * beta
+    return aten.where.self(scaled > threshold, x, aten.log.default(aten.exp.default(scaled) + 1) / beta)
+
+
+@_decomposes(aten.mish.default)
+def _mish(x):
+    return x * aten.tanh.default(_softplus(x))
+
+
+@_decomposes(aten.sign.default)
+def _sign(x):
+    # A NaN's sign is 0 in PyTorch: neither comparison holds for it.
+    if x.dtype == torch.bool:
+        return x
+    return (x > 0).to(x.dtype) - (x < 0).to(x.dtype)
+
+
+@_decomposes(aten.nan_to_num.default)
+def _nan_to_num(x, nan=None, posinf=None, neginf=None):
+    if not x.is_floating_point():
+        return x
+    info = torch.finfo(x.dtype)
+    x = aten.where.self(x != x, _scalar(0.0 if nan is None else nan, x), x)
+    x = aten.where.self(x == math.inf, _scalar(info.max if posinf is None else posinf, x), x)
+    return aten.where.self(x == -math.inf, _scalar(info.min if neginf is None else neginf, x), x)
+
+
+@_decomposes(aten.logsumexp.default)
+def _logsumexp(x, dim, keepdim=False):
+    dims = _dims(x, dim)
+    top = aten.amax.default(x, dims, True)
+    # An all -inf (or +inf) row: subtracting its max would give nan.
+    top = aten.where.self(aten.abs.default(top) == math.inf, _scalar(0.0, top), top)
+    total = aten.log.default(aten.sum.dim_IntList(aten.exp.default(x - top), dims, True)) + top
+    return total if keepdim else aten.reshape.default(total, [n for d, n in enumerate(x.shape) if d not in dims])
+
+
+# max/min along a dim: the values reduce, the indices are argmax's (the
+# first extreme, as PyTorch's; a NaN counts as the extreme in both).
+@_decomposes(aten.max.dim)
+def _max_dim(x, dim, keepdim=False):
+    return aten.amax.default(x, [dim], keepdim), aten.argmax.default(x, dim, keepdim)
+
+
+@_decomposes(aten.min.dim)
+def _min_dim(x, dim, keepdim=False):
+    return aten.amin.default(x, [dim], keepdim), aten.argmax.default(-x, dim, keepdim)
+
+
+@_decomposes(aten.flip.default)
+def _flip(x, dims):
+    for d in [] if len(dims) == 0 else _dims(x, dims):
+        reversed_positions = aten.arange.start_step(x.shape[d] - 1, -1, -1, dtype=torch.int64)
+        x = aten.index_select.default(x, d, reversed_positions)
+    return x
+
+
+@_decomposes(aten.roll.default)
+def _roll(x, shifts, dims=()):
+    if len(dims) == 0:  # the flattened tensor, rolled, in the original shape
+        return aten.reshape.default(_roll(aten.reshape.default(x, [-1]), shifts, [0]), list(x.shape))
+    for shift, d in zip(shifts, _dims(x, dims)):
+        size = x.shape[d]
+        shift = shift % size if size else 0
+        if shift:
+            tail, head = aten.slice.Tensor(x, d, size - shift, size), aten.slice.Tensor(x, d, 0, size - shift)
+            x = aten.cat.default([tail, head], d)
+    return x
+
+
+@_decomposes(aten.constant_pad_nd.default)
+def _constant_pad_nd(x, pad, value=0):
+    # pad: (before, after) pairs from the last dim backwards; negative cuts.
+    for pair in range(len(pad) // 2):
+        d = x.dim() - 1 - pair
+        before, after = pad[2 * pair], pad[2 * pair + 1]
+        size = x.shape[d]
+        x = aten.slice.Tensor(x, d, max(-before, 0), size - max(-after, 0))
+        parts = []
+        for width in (max(before, 0), None, max(after, 0)):
+            if width is None:
+                parts.append(x)
+            elif width:
+                shape = list(x.shape)
+                shape[d] = width
+                parts.append(aten.full.default(shape, value, dtype=x.dtype))
+        x = aten.cat.default(parts, d) if len(parts) > 1 else x
+    return x
+
+
+@_decomposes(aten._native_batch_norm_legit_no_training.default)
+def _batch_norm_inference(x, weight, bias, running_mean, running_var, momentum, eps):
+    # Channels are dim 1: the statistics broadcast over the others.
+    shape = [1, -1] + [1] * (x.dim() - 2)
+    out = (x - aten.reshape.default(running_mean, shape)) * aten.reshape.default(
+        aten.rsqrt.default(running_var + eps), shape)
+    if weight is not None:
+        out = out * aten.reshape.default(weight, shape)
+    if bias is not None:
+        out = out + aten.reshape.default(bias, shape)
+    empty = aten.zeros.default([0], dtype=x.dtype)
+    return out, empty, empty
+
+
+@_decomposes(aten.native_group_norm.default)
+def _group_norm(x, weight, bias, batch, channels, spatial, groups, eps):
+    grouped = aten.reshape.default(x, [batch, groups, -1])
+    mean = aten.mean.dim(grouped, [2], True)
+    deviation = grouped - mean
+    variance = aten.mean.dim(deviation * deviation, [2], True)
+    rstd = aten.rsqrt.default(variance + eps)
+    out = aten.reshape.default(deviation * rstd, list(x.shape))
+    shape = [1, -1] + [1] * (x.dim() - 2)
+    if weight is not None:
+        out = out * aten.reshape.default(weight, shape)
+    if bias is not None:
+        out = out + aten.reshape.default(bias, shape)
+    return out, aten.reshape.default(mean, [batch, groups]), aten.reshape.default(rstd, [batch, groups])
+
+
+@_decomposes(aten.lerp.Scalar)
+def _lerp(start, end, weight):
+    # PyTorch's two forms, each exact at its end of [0, 1].
+    if abs(weight) < 0.5:
+        return start + (end - start) * weight
+    return end - (end - start) * (1 - weight)
+
+
+@_decomposes(aten.cumsum.default)
+def _cumsum(x, dim, *, dtype=None):
+    # Integers (and bools) sum in int64, as PyTorch's. The running sums in
+    # log2(n) shifted adds (each position adds the one 1, 2, 4, ... before
+    # it): exact for integers; for floats they group the terms in another
+    # order than a sequential scan, within rounding of it.
+    if dtype is not None:
+        x = x.to(dtype)
+    elif not x.is_floating_point():
+        x = x.to(torch.int64)
+    d = dim % max(x.dim(), 1)
+    size = x.shape[d] if x.dim() else 1
+    shift = 1
+    while shift < size:
+        shape = list(x.shape)
+        shape[d] = shift
+        zeros = aten.full.default(shape, 0, dtype=x.dtype)
+        x = x + aten.cat.default([zeros, aten.slice.Tensor(x, d, 0, size - shift)], d)
+        shift *= 2
+    return x
+
+
+@_decomposes(aten.frac.default)
+def _frac(x):
+    return x - aten.trunc.default(x)
+
+
+@_decomposes(aten.logaddexp.default)
+def _logaddexp(a, b):
+    top = aten.maximum.default(a, b)
+    out = top + aten.log1p.default(aten.exp.default(-aten.abs.default(a - b)))
+    # Equal infinities: a - b is nan, and the sum is that infinity.
+    return aten.where.self(a == b, aten.where.self(aten.abs.default(a) == math.inf, a, out), out)
+
+
+@_decomposes(aten.round.decimals)
+def _round_decimals(x, *, decimals=0):
+    # As PyTorch's kernel: scaled by 10^|decimals| up (or down), rounded, scaled back.
+    scale = 10.0 ** abs(decimals)
+    if decimals == 0:
+        return aten.round.default(x)
+    if decimals > 0:
+        return aten.round.default(x * scale) / scale
+    return aten.round.default(x / scale) * scale

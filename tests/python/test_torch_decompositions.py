@@ -1,0 +1,118 @@
+"""Ops shardflow has no kernel for, compiled through the backend's
+decompositions (shardflow.torch._decompositions and the few of PyTorch's it
+uses), and the rounding and special functions it has kernels for:
+compiled == eager PyTorch, with the input sharded along each of its dims on
+4 devices (uneven sizes: 3, 5 and 6 over 4), and NaN and inf where the op
+treats them specially."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import shardflow as sf
+import shardflow.torch  # noqa: F401  (the backend)
+import shardflow.torch.spmd as xs
+from shardflow.torch import _decompositions, _lowering
+
+RISING, FALLING = torch.linspace(0.5, 2, 6), torch.linspace(1, -1, 6)
+
+# name -> f(x) for x [3, 5, 6], each using the op the name says.
+OPS = {
+    "var": lambda x: torch.var(x, -1, keepdim=True),
+    "var_all_unbiased_off": lambda x: torch.var(x, unbiased=False),
+    "std": lambda x: torch.std(x, 1),
+    "std_two_dims": lambda x: torch.std(x, (0, 2), correction=0, keepdim=True),
+    "var_mean": lambda x: torch.stack(torch.var_mean(x, -1)),
+    "std_mean": lambda x: torch.stack(torch.std_mean(x, 0)),
+    "clamp": lambda x: x.clamp(-0.5, 0.7),
+    "clamp_min": lambda x: x.clamp(min=-0.5),
+    "clamp_max": lambda x: torch.clamp_max(x, 0.25),
+    "hardtanh": lambda x: F.hardtanh(x, -0.3, 0.4),
+    "relu6": lambda x: F.relu6(x * 4),
+    "hardsigmoid": lambda x: F.hardsigmoid(x * 4),
+    "hardswish": lambda x: F.hardswish(x * 4),
+    "elu": lambda x: F.elu(x, 0.7),
+    "selu": lambda x: F.selu(x),
+    "softplus": lambda x: F.softplus(x * 10, beta=2, threshold=5),
+    "mish": lambda x: F.mish(x),
+    "leaky_relu": lambda x: F.leaky_relu(x, 0.1),
+    "glu": lambda x: F.glu(x, -1),
+    "sign": lambda x: torch.sign(x),
+    "nan_to_num": lambda x: torch.nan_to_num(x, nan=7.0, neginf=-3.0),
+    "logsumexp": lambda x: torch.logsumexp(x, -1),
+    "logsumexp_two_dims": lambda x: torch.logsumexp(x, (0, 1), keepdim=True),
+    "max_dim": lambda x: (lambda m: m.values + m.indices)(x.max(-1)),
+    "min_dim": lambda x: (lambda m: m.values * m.indices)(torch.min(x, 1, keepdim=True)),
+    "flip": lambda x: torch.flip(x, [0, 2]),
+    "roll": lambda x: torch.roll(x, (2, -1), (1, 2)),
+    "roll_flat": lambda x: torch.roll(x, 7),
+    "pad": lambda x: F.pad(x, (1, 2, 0, 1), value=0.5),
+    "pad_negative": lambda x: F.pad(x, (-1, 2)),
+    "cumsum": lambda x: torch.cumsum(x, 1),
+    "cumsum_of_a_mask": lambda x: (x > 0).long().cumsum(-1) - 1,
+    "lerp": lambda x: torch.lerp(x, -x, 0.3) + torch.lerp(x, x * 2, 0.8),
+    "addcmul": lambda x: torch.addcmul(x, x, x, value=0.5),
+    "frac": lambda x: torch.frac(x * 3),
+    "logaddexp": lambda x: torch.logaddexp(x, x.flip(0)),
+    "round": lambda x: torch.round(x * 4) + torch.round(x, decimals=0) + torch.round(x, decimals=2),
+    "trunc_floor_ceil": lambda x: torch.trunc(x * 3) + torch.floor(x * 5) * torch.ceil(x * 2),
+    "erf": lambda x: torch.erf(x),
+    "log1p_expm1": lambda x: torch.log1p(x.abs()) + torch.expm1(x),
+    "vector_norm": lambda x: torch.linalg.vector_norm(x, dim=-1),
+    "repeat": lambda x: x.repeat(1, 2, 1),
+    "group_norm": lambda x: F.group_norm(x.transpose(1, 2), 2, RISING, FALLING),
+    "batch_norm_inference": lambda x: F.batch_norm(x.transpose(1, 2), FALLING * 0.2, RISING, RISING,
+                                                   FALLING),
+}
+# Ops whose special values the decomposition handles itself.
+SPECIAL_VALUES = {"clamp", "clamp_min", "hardtanh", "sign", "nan_to_num", "logsumexp", "logaddexp", "max_dim",
+                  "min_dim"}
+
+
+def sample(name: str) -> torch.Tensor:
+    x = torch.randn(3, 5, 6, generator=torch.Generator().manual_seed(len(name)))
+    if name in SPECIAL_VALUES:
+        x[0, 1, 2], x[1, 0, 0], x[2, 4, 5] = math.nan, math.inf, -math.inf
+        if name == "logsumexp":
+            x[2, 3] = -math.inf  # a whole row of -inf: -inf, not nan
+    return x
+
+
+@pytest.mark.parametrize("spec", [(0, None, None), (None, 0, None), (None, None, 0)])
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_decomposed_op_matches_eager_on_a_sharded_input(spmd, name, spec):
+    spmd(4)
+    op = OPS[name]
+
+    def f(x):
+        xs.mark_sharding(x, xs.Mesh(torch.arange(4), (4,)), spec)
+        return op(x)
+
+    x = sample(name)
+    with torch.no_grad():
+        expected = op(x)
+        got = torch.compile(f, backend="shardflow", dynamic=False)(x)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+def test_the_table_holds_only_ops_shardflow_lacks():
+    have = sf.op_schemas()
+    table = _decompositions.table()
+    for op in [*_decompositions.DECOMPOSITIONS, *_decompositions.TORCH_DECOMPOSED]:
+        assert _lowering._ir_name(op) not in have, f"{op} has a kernel: decomposing it would bypass it"
+        assert op in table
+    assert all(_lowering._ir_name(op) not in have for op in table)
+
+
+def test_an_op_without_a_kernel_or_a_decomposition_still_names_its_line(spmd):
+    spmd(1)
+
+    def f(x):
+        return torch.sort(x).values
+
+    with pytest.raises(Exception, match=r"shardflow has no op aten::sort .*test_torch_decompositions.py"):
+        torch.compile(f, backend="shardflow")(torch.randn(4))
