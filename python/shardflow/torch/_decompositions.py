@@ -302,3 +302,26 @@ def _round_decimals(x, *, decimals=0):
     if decimals > 0:
         return aten.round.default(x * scale) / scale
     return aten.round.default(x / scale) * scale
+
+
+# Sorting is topk of every element: stable (among equal values the earlier
+# position first) and NaN as the largest value, as PyTorch's sort on CPU.
+@_decomposes(aten.sort.default)
+def _sort(x, dim=-1, descending=False):
+    size = x.shape[dim] if x.dim() else 1
+    return aten.topk.default(x, size, dim, descending, True)
+
+
+@_decomposes(aten.sort.stable)
+def _sort_stable(x, *, stable=None, dim=-1, descending=False):
+    return _sort(x, dim, descending)
+
+
+@_decomposes(aten.argsort.default)
+def _argsort(x, dim=-1, descending=False):
+    return _sort(x, dim, descending)[1]
+
+
+@_decomposes(aten.argsort.stable)
+def _argsort_stable(x, *, stable=False, dim=-1, descending=False):
+    return _sort(x, dim, descending)[1]
