@@ -76,14 +76,18 @@ float sigmoid(float x) { return 1.0f / (1.0f + exp_approx(-x)); }
 void register_unary_ops(OpRegistry& r) {
   add_unary(r, "aten::abs(Tensor self) -> Tensor", UnaryResult::kSame, [](auto x) { return x < 0 ? -x : x; });
   add_unary(r, "aten::ceil(Tensor self) -> Tensor", UnaryResult::kSame, [](auto x) { return std::ceil(x); });
+  add_unary(r, "aten::atan(Tensor self) -> Tensor", UnaryResult::kFloat, [](auto x) { return std::atan(x); });
   add_unary(r, "aten::cos(Tensor self) -> Tensor", UnaryResult::kFloat, [](auto x) { return std::cos(x); });
   add_unary(r, "aten::erf(Tensor self) -> Tensor", UnaryResult::kFloat, [](auto x) { return std::erf(x); });
   add_unary(r, "aten::exp(Tensor self) -> Tensor", UnaryResult::kFloat,
             [](auto x) { return exp_approx(static_cast<float>(x)); });
+  add_unary(r, "aten::exp2(Tensor self) -> Tensor", UnaryResult::kFloat, [](auto x) { return std::exp2(x); });
   add_unary(r, "aten::expm1(Tensor self) -> Tensor", UnaryResult::kFloat, [](auto x) { return std::expm1(x); });
   add_unary(r, "aten::floor(Tensor self) -> Tensor", UnaryResult::kSame, [](auto x) { return std::floor(x); });
   add_unary(r, "aten::log(Tensor self) -> Tensor", UnaryResult::kFloat, [](auto x) { return std::log(x); });
+  add_unary(r, "aten::log10(Tensor self) -> Tensor", UnaryResult::kFloat, [](auto x) { return std::log10(x); });
   add_unary(r, "aten::log1p(Tensor self) -> Tensor", UnaryResult::kFloat, [](auto x) { return std::log1p(x); });
+  add_unary(r, "aten::log2(Tensor self) -> Tensor", UnaryResult::kFloat, [](auto x) { return std::log2(x); });
   add_unary(
       r, "aten::neg(Tensor self) -> Tensor", UnaryResult::kSame, [](auto x) { return -x; }, Linearity::kLinear);
   add_unary(r, "aten::relu(Tensor self) -> Tensor", UnaryResult::kSame,

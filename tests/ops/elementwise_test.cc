@@ -63,14 +63,18 @@ struct UnaryRow {
 
 const UnaryRow kUnary[] = {
     {"aten::abs", [](double x) { return std::abs(x); }, -3, 3},
+    {"aten::atan", [](double x) { return std::atan(x); }, -5, 5},
     {"aten::ceil", [](double x) { return std::ceil(x); }, -3, 3},
     {"aten::cos", [](double x) { return std::cos(x); }, -3, 3},
     {"aten::erf", [](double x) { return std::erf(x); }, -4, 4},
     {"aten::exp", [](double x) { return std::exp(x); }, -20, 20},
+    {"aten::exp2", [](double x) { return std::exp2(x); }, -10, 10},
     {"aten::expm1", [](double x) { return std::expm1(x); }, -1e-3, 1e-3},
     {"aten::floor", [](double x) { return std::floor(x); }, -3, 3},
     {"aten::log", [](double x) { return std::log(x); }, 0.01, 5},
+    {"aten::log10", [](double x) { return std::log10(x); }, 0.01, 5},
     {"aten::log1p", [](double x) { return std::log1p(x); }, -1e-3, 1e-3},
+    {"aten::log2", [](double x) { return std::log2(x); }, 0.01, 5},
     {"aten::neg", [](double x) { return -x; }, -3, 3},
     {"aten::relu", [](double x) { return x > 0 ? x : 0.0; }, -3, 3},
     {"aten::round", [](double x) { return std::nearbyint(x); }, -3, 3},
