@@ -6,8 +6,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
+#include <type_traits>
 
 #include "shardflow/base/error.h"
 #include "shardflow/partition/halo.h"
@@ -102,11 +105,24 @@ void copy_box(const DenseTensor& source, const Shape& from, DenseTensor& target,
   }
 }
 
+// `value` in T; integers saturate: the padding a min reduces over is +inf,
+// which is the dtype's largest integer (converted as it is, an int32 amin
+// over a padded sharded dim read INT_MIN).
+template <class T>
+T saturated(double value) {
+  if constexpr (std::is_integral_v<T>) {
+    if (value >= static_cast<double>(std::numeric_limits<T>::max())) return std::numeric_limits<T>::max();
+    if (value <= static_cast<double>(std::numeric_limits<T>::lowest())) return std::numeric_limits<T>::lowest();
+    if (std::isnan(value)) return T{0};
+  }
+  return store<T>(value);
+}
+
 DenseTensor filled(DType dtype, const Shape& shape, double value) {
   DenseTensor tensor = DenseTensor::empty(dtype, shape);
   visit_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
-    std::fill_n(tensor.data_as<T>(), tensor.numel(), store<T>(value));
+    std::fill_n(tensor.data_as<T>(), tensor.numel(), saturated<T>(value));
   });
   return tensor;
 }

@@ -77,6 +77,26 @@ TEST(Execution, SeventeenRowsOnEightDevices) {
   EXPECT_FALSE(collectives.empty());
 }
 
+// The padding of an uneven shard is masked with the reduction's identity
+// before a min or max over it; for integers that is the dtype's largest or
+// smallest value (+inf converted as it was gave INT_MIN).
+TEST(Execution, IntegerMinAndMaxOverAPaddedShardedDim) {
+  sf::Runtime runtime = sf::Runtime::local(8);
+  const sf::Tensor x = sf::randn({17, 5}, 3);
+  const std::string text = "func @f(%x: f32[17,5]) -> (i32[5], i32[5], i64[5], i64[5]) {\n"
+                           "  %a = " + annotate("x", "('x', None)", "f32[17,5]", kMesh8) + "\n"
+                           "  %p = aten::add.Scalar(%a, 9) : f32[17,5]\n"
+                           "  %n = aten::sub.Scalar(%a, 9) : f32[17,5]\n"
+                           "  %i = aten::to.dtype(%p, i32) : i32[17,5]\n"
+                           "  %j = aten::to.dtype(%n, i64) : i64[17,5]\n"
+                           "  %lo = aten::amin(%i, [0]) : i32[5]\n"
+                           "  %hi = aten::amax(%i, [0]) : i32[5]\n"
+                           "  %nlo = aten::amin(%j, [0]) : i64[5]\n"
+                           "  %nhi = aten::amax(%j, [0]) : i64[5]\n"
+                           "  return %lo, %hi, %nlo, %nhi\n}\n";
+  expect_same(text, runtime, {x});
+}
+
 TEST(Execution, MegatronMlp) {
   sf::Runtime runtime = sf::Runtime::local(8);
   const std::string mesh = R"M([0, 1, 2, 3, 4, 5, 6, 7], "(2, 4)", "('data', 'model')")M";
