@@ -57,6 +57,21 @@ OPS = {
     "sort": lambda x: (lambda s: s.values * s.indices)(torch.sort(x.round(decimals=1), 1, descending=True)),
     "sort_stable": lambda x: torch.cat(torch.sort(x.round(decimals=1), stable=True), -1),
     "argsort": lambda x: torch.argsort(x.round(decimals=1), 0) + torch.argsort(x, descending=True, stable=True),
+    "logical": lambda x: torch.stack([torch.logical_and(x > 0, x < 1), torch.logical_or(x > 1, x < -1),
+                                      torch.logical_xor(x > 0, x > 1), torch.logical_not(x > 0)]).float(),
+    "bitwise_on_bools": lambda x: (((x > 0) & (x < 1)) | ~(x > -1) ^ (x > 2)).float(),
+    "isnan_isinf": lambda x: torch.isnan(x).float() + 2 * torch.isinf(x).float() + 4 * torch.isfinite(x).float(),
+    "any_all": lambda x: torch.stack([(x > 1).any(-1), (x > -2).all(1).any(-1, keepdim=True).expand(3, 5),
+                                      (x > 1).any().expand(3, 5), torch.all(x > -9).expand(3, 5)]).float(),
+    "argmin": lambda x: torch.argmin(x, -1)[..., None] + torch.argmin(x, 1, keepdim=True),
+    "max_min_all": lambda x: torch.stack([torch.max(x), torch.min(x), torch.max((x.nan_to_num(0, 9, -9) * 4).int()),
+                                          torch.min((x.nan_to_num(0, 9, -9) * 4).long())]),
+    "new_tensors": lambda x: x + x.new_ones(6) - x.new_zeros((5, 6)) * x.new_full((6,), 2.0),
+    "masked_fill_tensor": lambda x: x.masked_fill(x > 0, torch.tensor(-1.0)),
+    "unbind": lambda x: sum(torch.unbind(x, 1)),
+    "clamp_tensors": lambda x: torch.clamp(x, x.flip(0) - 1, x.flip(0) + 1) + torch.clamp_min(x, x.flip(1)),
+    "exp2_log2_log10": lambda x: torch.exp2(x) + torch.log2(x.abs() + 1) + torch.log10(x.abs() + 2),
+    "atan": lambda x: torch.atan(x * 3),
     "lerp": lambda x: torch.lerp(x, -x, 0.3) + torch.lerp(x, x * 2, 0.8),
     "addcmul": lambda x: torch.addcmul(x, x, x, value=0.5),
     "frac": lambda x: torch.frac(x * 3),
@@ -73,7 +88,8 @@ OPS = {
 }
 # Ops whose special values the decomposition handles itself.
 SPECIAL_VALUES = {"clamp", "clamp_min", "hardtanh", "sign", "nan_to_num", "logsumexp", "logaddexp", "max_dim",
-                  "min_dim", "sort", "sort_stable", "argsort"}
+                  "min_dim", "sort", "sort_stable", "argsort", "isnan_isinf", "argmin",
+                  "max_min_all"}
 
 
 def sample(name: str) -> torch.Tensor:
@@ -109,6 +125,16 @@ def test_the_table_holds_only_ops_shardflow_lacks():
         assert _lowering._ir_name(op) not in have, f"{op} has a kernel: decomposing it would bypass it"
         assert op in table
     assert all(_lowering._ir_name(op) not in have for op in table)
+
+
+def test_bitwise_ops_on_integers_are_not_decomposed(spmd):
+    spmd(1)
+
+    def f(x):
+        return x & 6
+
+    with pytest.raises(Exception, match=r"shardflow has no op aten::bitwise_and.*test_torch_decompositions.py"):
+        torch.compile(f, backend="shardflow")(torch.arange(4))
 
 
 def test_an_op_without_a_kernel_or_a_decomposition_still_names_its_line(spmd):

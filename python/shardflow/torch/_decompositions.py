@@ -174,6 +174,16 @@ def _max_dim(x, dim, keepdim=False):
     return aten.amax.default(x, [dim], keepdim), aten.argmax.default(x, dim, keepdim)
 
 
+@_decomposes(aten.max.default)
+def _max(x):
+    return aten.amax.default(x, list(range(x.dim())), False)
+
+
+@_decomposes(aten.min.default)
+def _min(x):
+    return aten.amin.default(x, list(range(x.dim())), False)
+
+
 @_decomposes(aten.min.dim)
 def _min_dim(x, dim, keepdim=False):
     return aten.amin.default(x, [dim], keepdim), aten.argmax.default(-x, dim, keepdim)
@@ -325,3 +335,123 @@ def _argsort(x, dim=-1, descending=False):
 @_decomposes(aten.argsort.stable)
 def _argsort_stable(x, *, stable=False, dim=-1, descending=False):
     return _sort(x, dim, descending)[1]
+
+
+# Truth values: where on bool tensors (bitwise ops only on bool; integer
+# bits have no decomposition here and stay a LoweringError).
+def _truth(x: torch.Tensor) -> torch.Tensor:
+    return x if x.dtype == torch.bool else x != 0
+
+
+def _bools(*tensors: torch.Tensor) -> bool:
+    return all(t.dtype == torch.bool for t in tensors)
+
+
+@_decomposes(aten.logical_and.default)
+def _logical_and(a, b):
+    return aten.where.self(_truth(a), _truth(b), aten.full.default([], False, dtype=torch.bool))
+
+
+@_decomposes(aten.logical_or.default)
+def _logical_or(a, b):
+    return aten.where.self(_truth(a), aten.full.default([], True, dtype=torch.bool), _truth(b))
+
+
+@_decomposes(aten.logical_xor.default)
+def _logical_xor(a, b):
+    return _truth(a) != _truth(b)
+
+
+@_decomposes(aten.logical_not.default)
+def _logical_not(x):
+    return _truth(x) == False  # noqa: E712  (an aten::eq, not a Python test)
+
+
+@_decomposes(aten.bitwise_and.Tensor)
+def _bitwise_and(a, b):
+    return _logical_and(a, b) if _bools(a, b) else NotImplemented
+
+
+@_decomposes(aten.bitwise_or.Tensor)
+def _bitwise_or(a, b):
+    return _logical_or(a, b) if _bools(a, b) else NotImplemented
+
+
+@_decomposes(aten.bitwise_xor.Tensor)
+def _bitwise_xor(a, b):
+    return _logical_xor(a, b) if _bools(a, b) else NotImplemented
+
+
+@_decomposes(aten.bitwise_not.default)
+def _bitwise_not(x):
+    return _logical_not(x) if _bools(x) else NotImplemented
+
+
+@_decomposes(aten.isnan.default)
+def _isnan(x):
+    return x != x
+
+
+@_decomposes(aten.isinf.default)
+def _isinf(x):
+    return aten.abs.default(x) == math.inf
+
+
+@_decomposes(aten.any.dim, aten.any.dims, aten.any.default)
+def _any(x, dim=None, keepdim=False):
+    return aten.amax.default(_truth(x).to(torch.int32), _dims(x, dim), keepdim) > 0
+
+
+@_decomposes(aten.all.dim, aten.all.dims, aten.all.default)
+def _all(x, dim=None, keepdim=False):
+    return aten.amin.default(_truth(x).to(torch.int32), _dims(x, dim), keepdim) > 0
+
+
+@_decomposes(aten.argmin.default)
+def _argmin(x, dim=None, keepdim=False):
+    # The first smallest, NaN first, as PyTorch's: argmax of the negation.
+    return aten.argmax.default(-x, dim, keepdim) if x.dtype != torch.bool else NotImplemented
+
+
+@_decomposes(aten.new_full.default)
+def _new_full(x, size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return aten.full.default(list(size), fill_value, dtype=x.dtype if dtype is None else dtype)
+
+
+@_decomposes(aten.new_zeros.default)
+def _new_zeros(x, size, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _new_full(x, size, 0, dtype=dtype)
+
+
+@_decomposes(aten.new_ones.default)
+def _new_ones(x, size, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _new_full(x, size, 1, dtype=dtype)
+
+
+@_decomposes(aten.masked_fill.Tensor)
+def _masked_fill_tensor(x, mask, value):
+    return aten.where.self(mask, value.to(x.dtype), x)
+
+
+@_decomposes(aten.unbind.int)
+def _unbind(x, dim=0):
+    return [aten.select.int(x, dim, i) for i in range(x.shape[dim])]
+
+
+@_decomposes(aten.clamp.Tensor)
+def _clamp_tensors(x, min=None, max=None):
+    if min is not None:
+        x = aten.maximum.default(x, min)
+    if max is not None:
+        x = aten.minimum.default(x, max)
+    return x
+
+
+@_decomposes(aten.clamp_min.Tensor)
+def _clamp_min_tensor(x, min):
+    return aten.maximum.default(x, min)
+
+
+@_decomposes(aten.clamp_max.Tensor)
+def _clamp_max_tensor(x, max):
+    return aten.minimum.default(x, max)
