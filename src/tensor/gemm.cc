@@ -70,10 +70,13 @@ void sgemm(const GemmShape& s, const float* a, int64_t lda, const float* b, int6
 // 4 KiB apart ran at a third of the packing kernels' speed (AMD EPYC Zen 2,
 // one thread: 1024^3 in 256-column blocks 34 GFLOPS, in 512-column blocks
 // 95; 7B's wq at 512 tokens 0.86 of one oneDNN call, 0.98 in wider blocks).
+// Whether oneDNN packs a block of C of `rows` x `columns`: 1/rows +
+// 1/columns < 38/10000, in integers.
+bool packs(int64_t rows, int64_t columns) { return 10000 * (rows + columns) < 38 * rows * columns; }
+
 // The fewest lines a block needs to stay on the packing side when the other
-// side of C has `other` lines, or 0 when no block width does.
+// side of C has `other` lines (packs(other, lines)), or 0 when no block width does.
 int64_t packing_lines(int64_t other) {
-  // 1/other + 1/lines < 38/10000, in integers.
   if (38 * other <= 10000) return 0;
   return 10000 * other / (38 * other - 10000) + 1;
 }
@@ -113,8 +116,7 @@ Tiles squarest_tiles(const GemmShape& s, int64_t count, bool by_columns) {
   Tiles best = by_columns ? tiles_of(s, 1, count) : tiles_of(s, count, 1);
   for (int64_t row_parts = 1; row_parts <= count; row_parts *= 2) {
     const Tiles t = tiles_of(s, row_parts, count / row_parts);
-    const bool packs = 10000 * (t.rows + t.columns) < 38 * t.rows * t.columns;
-    if (packs && copied(t) < copied(best)) best = t;
+    if (packs(t.rows, t.columns) && copied(t) < copied(best)) best = t;
   }
   return best;
 }
