@@ -75,8 +75,8 @@ float sigmoid(float x) { return 1.0f / (1.0f + exp_approx(-x)); }
 
 void register_unary_ops(OpRegistry& r) {
   add_unary(r, "aten::abs(Tensor self) -> Tensor", UnaryResult::kSame, [](auto x) { return x < 0 ? -x : x; });
-  add_unary(r, "aten::ceil(Tensor self) -> Tensor", UnaryResult::kSame, [](auto x) { return std::ceil(x); });
   add_unary(r, "aten::atan(Tensor self) -> Tensor", UnaryResult::kFloat, [](auto x) { return std::atan(x); });
+  add_unary(r, "aten::ceil(Tensor self) -> Tensor", UnaryResult::kSame, [](auto x) { return std::ceil(x); });
   add_unary(r, "aten::cos(Tensor self) -> Tensor", UnaryResult::kFloat, [](auto x) { return std::cos(x); });
   add_unary(r, "aten::erf(Tensor self) -> Tensor", UnaryResult::kFloat, [](auto x) { return std::erf(x); });
   add_unary(r, "aten::exp(Tensor self) -> Tensor", UnaryResult::kFloat,

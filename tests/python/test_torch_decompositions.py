@@ -69,7 +69,8 @@ OPS = {
     "new_tensors": lambda x: x + x.new_ones(6) - x.new_zeros((5, 6)) * x.new_full((6,), 2.0),
     "masked_fill_tensor": lambda x: x.masked_fill(x > 0, torch.tensor(-1.0)),
     "unbind": lambda x: sum(torch.unbind(x, 1)),
-    "clamp_tensors": lambda x: torch.clamp(x, x.flip(0) - 1, x.flip(0) + 1) + torch.clamp_min(x, x.flip(1)),
+    "clamp_tensors": lambda x: torch.clamp(x, x.flip(0) - 1, x.flip(0) + 1) + torch.clamp_min(x, x.flip(1))
+    + torch.clamp_max(x, x.flip(2)),
     "exp2_log2_log10": lambda x: torch.exp2(x) + torch.log2(x.abs() + 1) + torch.log10(x.abs() + 2),
     "atan": lambda x: torch.atan(x * 3),
     "lerp": lambda x: torch.lerp(x, -x, 0.3) + torch.lerp(x, x * 2, 0.8),

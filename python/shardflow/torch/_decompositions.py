@@ -88,22 +88,26 @@ def _std_mean(x, dim=None, *, correction=None, keepdim=False):
     return aten.sqrt.default(_var(x, dim, correction, keepdim)), aten.mean.dim(x, _dims(x, dim), keepdim)
 
 
-# Clamps: maximum and minimum, which keep a NaN as clamp does.
-@_decomposes(aten.clamp.default)
+# Clamps, by numbers or tensors: maximum and minimum, which keep a NaN as clamp does.
+def _bound(value, like: torch.Tensor) -> torch.Tensor:
+    return value if torch.is_tensor(value) else _scalar(value, like)
+
+
+@_decomposes(aten.clamp.default, aten.clamp.Tensor)
 def _clamp(x, min=None, max=None):
     if min is not None:
-        x = aten.maximum.default(x, _scalar(min, x))
+        x = aten.maximum.default(x, _bound(min, x))
     if max is not None:
-        x = aten.minimum.default(x, _scalar(max, x))
+        x = aten.minimum.default(x, _bound(max, x))
     return x
 
 
-@_decomposes(aten.clamp_min.default)
+@_decomposes(aten.clamp_min.default, aten.clamp_min.Tensor)
 def _clamp_min(x, min):
     return _clamp(x, min, None)
 
 
-@_decomposes(aten.clamp_max.default)
+@_decomposes(aten.clamp_max.default, aten.clamp_max.Tensor)
 def _clamp_max(x, max):
     return _clamp(x, None, max)
 
@@ -174,6 +178,11 @@ def _max_dim(x, dim, keepdim=False):
     return aten.amax.default(x, [dim], keepdim), aten.argmax.default(x, dim, keepdim)
 
 
+@_decomposes(aten.min.dim)
+def _min_dim(x, dim, keepdim=False):
+    return aten.amin.default(x, [dim], keepdim), aten.argmax.default(-x, dim, keepdim)
+
+
 @_decomposes(aten.max.default)
 def _max(x):
     return aten.amax.default(x, list(range(x.dim())), False)
@@ -182,11 +191,6 @@ def _max(x):
 @_decomposes(aten.min.default)
 def _min(x):
     return aten.amin.default(x, list(range(x.dim())), False)
-
-
-@_decomposes(aten.min.dim)
-def _min_dim(x, dim, keepdim=False):
-    return aten.amin.default(x, [dim], keepdim), aten.argmax.default(-x, dim, keepdim)
 
 
 @_decomposes(aten.flip.default)
@@ -436,22 +440,3 @@ def _masked_fill_tensor(x, mask, value):
 @_decomposes(aten.unbind.int)
 def _unbind(x, dim=0):
     return [aten.select.int(x, dim, i) for i in range(x.shape[dim])]
-
-
-@_decomposes(aten.clamp.Tensor)
-def _clamp_tensors(x, min=None, max=None):
-    if min is not None:
-        x = aten.maximum.default(x, min)
-    if max is not None:
-        x = aten.minimum.default(x, max)
-    return x
-
-
-@_decomposes(aten.clamp_min.Tensor)
-def _clamp_min_tensor(x, min):
-    return aten.maximum.default(x, min)
-
-
-@_decomposes(aten.clamp_max.Tensor)
-def _clamp_max_tensor(x, max):
-    return aten.minimum.default(x, max)
