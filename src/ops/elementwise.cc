@@ -213,20 +213,39 @@ BinaryDtypes binary_dtypes(DType promoted, BinaryResult result) {
   return {promoted, promoted};
 }
 
+// What a binary op needs beyond its element function.
+struct BinaryTraits {
+  Linearity linearity = Linearity::kNone;
+  // PyTorch's CPU kernel name, for its error on a promoted dtype the op
+  // refuses ("\"bitwise_and_cpu\" not implemented for 'Float'").
+  std::string_view kernel = {};
+  bool floats = true;
+  bool bools = true;
+  // The op divides by `other`: on integers a zero there is PyTorch's
+  // ZeroDivisionError, so the partitioner fills its padding with ones.
+  bool divides = false;
+
+  void check(DType promoted) const {
+    if ((!floats && is_floating(promoted)) || (!bools && promoted == DType::kBool)) {
+      throw Error(fmt::format("\"{}\" not implemented for '{}'", kernel, scalar_type_name(promoted)));
+    }
+  }
+};
+
 // `make` builds the element function from the call's arguments (for alpha
-// and friends): make(args, dtypes) -> callable(x, y).
+// and friends): make(args, dtypes) -> callable(x, y). `scalar_form`: the
+// second operand is a Scalar argument, not a tensor.
 template <class Make>
-void add_binary(OpRegistry& registry, std::string_view schema, BinaryResult result, Make make,
-                Linearity linearity = Linearity::kNone) {
-  const bool scalar_form =
-      schema.find("Scalar other") != std::string_view::npos || schema.find("Scalar exponent") != std::string_view::npos;
-  const auto promoted = [scalar_form](const OpArgs& args, std::span<const TensorType> in) {
-    if (!scalar_form) return result_type(in);
-    return result_type_with_scalar(in[0].dtype, args[1].constant);
+OpDef binary_def(bool scalar_form, BinaryResult result, Make make, BinaryTraits traits) {
+  const auto promoted = [scalar_form, traits](const OpArgs& args, std::span<const TensorType> in) {
+    const DType dtype = scalar_form ? result_type_with_scalar(in[0].dtype, args[1].constant) : result_type(in);
+    traits.check(dtype);
+    return dtype;
   };
   OpDef def;
   def.family = OpFamily::kElementwise;
-  def.linearity = linearity;
+  def.linearity = traits.linearity;
+  if (traits.divides && !scalar_form) def.divisor_arg = "other";
   def.infer = [=](const OpArgs& args, std::span<const TensorType> in) {
     const Shape shape = scalar_form ? in[0].shape : broadcast_shapes(in[0].shape, in[1].shape);
     return std::vector<TensorType>{{binary_dtypes(promoted(args, in), result).out, shape}};
@@ -243,7 +262,18 @@ void add_binary(OpRegistry& registry, std::string_view schema, BinaryResult resu
     });
     return std::vector<DenseTensor>{std::move(out)};
   };
-  registry.add(schema, std::move(def));
+  return def;
+}
+
+bool is_scalar_form(std::string_view schema) {
+  return schema.find("Scalar other") != std::string_view::npos ||
+         schema.find("Scalar exponent") != std::string_view::npos;
+}
+
+template <class Make>
+void add_binary(OpRegistry& registry, std::string_view schema, BinaryResult result, Make make,
+                BinaryTraits traits = {}) {
+  registry.add(schema, binary_def(is_scalar_form(schema), result, make, traits));
 }
 
 // a + alpha * b (alpha = 1 is the common case and skips the multiply).
@@ -286,6 +316,204 @@ void check_integer_power(const OpArgs& args) {
   }
 }
 
+// ------------------------------------------- rounding division and remainders
+//
+// Integer quotients and remainders as in PyTorch: a zero divisor is its
+// ZeroDivisionError, and the smallest integer divided by -1 wraps instead
+// of trapping.
+
+template <class C>
+C wrapping_negate(C x) {
+  using U = std::make_unsigned_t<C>;
+  return static_cast<C>(U{0} - static_cast<U>(x));
+}
+
+template <class C>
+void check_integer_divisor(C divisor) {
+  if (divisor == 0) throw Error("ZeroDivisionError");
+}
+
+template <class C>
+C truncated_quotient(C a, C b) {
+  if constexpr (std::is_floating_point_v<C>) {
+    return std::trunc(a / b);
+  } else {
+    check_integer_divisor(b);
+    return b == -1 ? wrapping_negate(a) : static_cast<C>(a / b);
+  }
+}
+
+// fmod: the remainder with the dividend's sign (NaN for a zero float divisor).
+template <class C>
+C truncated_remainder(C a, C b) {
+  if constexpr (std::is_floating_point_v<C>) {
+    return std::fmod(a, b);
+  } else {
+    check_integer_divisor(b);
+    return b == -1 ? C{0} : static_cast<C>(a % b);
+  }
+}
+
+// remainder, Python's %: the remainder with the divisor's sign.
+template <class C>
+C floored_remainder(C a, C b) {
+  const C r = truncated_remainder(a, b);
+  return (r != 0 && (r < 0) != (b < 0)) ? static_cast<C>(r + b) : r;
+}
+
+// floor_divide, Python's //. Floats go through the exact remainder, as
+// Python and PyTorch do: a / b is rounded, and its floor can differ from the
+// true quotient's by one. A zero divisor gives a / b (inf or NaN).
+template <class C>
+C floored_quotient(C a, C b) {
+  if constexpr (std::is_floating_point_v<C>) {
+    if (b == 0) return a / b;
+    const C r = std::fmod(a, b);
+    C q = (a - r) / b;
+    if (r != 0 && (b < 0) != (r < 0)) q -= 1;
+    if (q == 0) return std::copysign(C{0}, a / b);
+    const C whole = std::floor(q);
+    return q - whole > C{0.5} ? whole + 1 : whole;
+  } else {
+    const C q = truncated_quotient(a, b);
+    return (b != -1 && a % b != 0 && (a < 0) != (b < 0)) ? static_cast<C>(q - 1) : q;
+  }
+}
+
+// div's rounding_mode: None (true division), "trunc" or "floor".
+enum class Rounding { kNone, kTrunc, kFloor };
+
+Rounding rounding_of(const OpArgs& args) {
+  const Constant& mode = args.constant("rounding_mode");
+  if (mode.is_none()) return Rounding::kNone;
+  if (mode.as_string() == "trunc") return Rounding::kTrunc;
+  if (mode.as_string() == "floor") return Rounding::kFloor;
+  throw Error(fmt::format("div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '{}'",
+                          mode.as_string()));
+}
+
+void register_rounding_division(OpRegistry& r) {
+  using R = BinaryResult;
+  const auto plain = [](auto f) { return [f](const OpArgs&, auto) { return f; }; };
+  const auto floored = plain([](auto x, auto y) { return floored_quotient(x, y); });
+  const auto truncated = plain([](auto x, auto y) { return truncated_quotient(x, y); });
+  const auto divide = plain([](auto x, auto y) { return x / y; });
+  const auto traits = [](std::string_view kernel) {
+    return BinaryTraits{.kernel = kernel, .bools = false, .divides = true};
+  };
+  struct Form {
+    std::string_view overload;  // of remainder, fmod and div's modes
+    std::string_view floor_divide;
+    std::string_view operands;
+  };
+  for (const Form form : {Form{"Tensor", "floor_divide", "Tensor self, Tensor other"},
+                          Form{"Scalar", "floor_divide.Scalar", "Tensor self, Scalar other"}}) {
+    const bool scalar = is_scalar_form(form.operands);
+    r.add(fmt::format("aten::remainder.{}({}) -> Tensor", form.overload, form.operands),
+          binary_def(scalar, R::kPromoted, plain([](auto x, auto y) { return floored_remainder(x, y); }),
+                     traits("remainder_cpu")));
+    r.add(fmt::format("aten::fmod.{}({}) -> Tensor", form.overload, form.operands),
+          binary_def(scalar, R::kPromoted, plain([](auto x, auto y) { return truncated_remainder(x, y); }),
+                     traits("fmod_cpu")));
+    r.add(fmt::format("aten::{}({}) -> Tensor", form.floor_divide, form.operands),
+          binary_def(scalar, R::kPromoted, floored, traits("div_floor_cpu")));
+
+    // div with a rounding_mode: one definition per mode, picked by the
+    // call's mode; trunc and floor keep the promoted dtype (integers stay
+    // integers).
+    const OpDef by_mode[] = {binary_def(scalar, R::kTrueDivision, divide, {}),
+                             binary_def(scalar, R::kPromoted, truncated, traits("div_trunc_cpu")),
+                             binary_def(scalar, R::kPromoted, floored, traits("div_floor_cpu"))};
+    const auto pick = [by_mode](const OpArgs& args) -> const OpDef& {
+      return by_mode[static_cast<int>(rounding_of(args))];
+    };
+    OpDef div = by_mode[static_cast<int>(Rounding::kFloor)];
+    div.infer = [pick](const OpArgs& args, std::span<const TensorType> in) { return pick(args).infer(args, in); };
+    div.kernel = [pick](const OpArgs& args, std::span<const DenseTensor> in) { return pick(args).kernel(args, in); };
+    r.add(fmt::format("aten::div.{}_mode({}, *, str? rounding_mode) -> Tensor", form.overload, form.operands),
+          std::move(div));
+  }
+}
+
+// ------------------------------------------------------------ bitwise ops
+
+// Shifts by a negative count or by the width or more give 0 (left) or the
+// sign (right), as in PyTorch, where C++ leaves them undefined.
+template <class C>
+C shift_left(C a, C b) {
+  using U = std::make_unsigned_t<C>;
+  constexpr C kBits = sizeof(C) * 8;
+  return (b < 0 || b >= kBits) ? C{0} : static_cast<C>(static_cast<U>(a) << b);
+}
+
+template <class C>
+C shift_right(C a, C b) {
+  constexpr C kBits = sizeof(C) * 8;
+  return static_cast<C>(a >> ((b < 0 || b >= kBits) ? kBits - 1 : b));
+}
+
+void register_bitwise_ops(OpRegistry& r) {
+  using R = BinaryResult;
+  // The element function on integers; floats never get here (refused by
+  // BinaryTraits::check), so they get a placeholder that is never called.
+  const auto integral = [](auto f) {
+    return [f](const OpArgs&, auto c) {
+      using C = decltype(c);
+      if constexpr (std::is_integral_v<C>) {
+        return [f](C x, C y) { return static_cast<C>(f(x, y)); };
+      } else {
+        return [](C x, C) { return x; };
+      }
+    };
+  };
+  const auto both_forms = [&](std::string_view name, std::string_view kernel, bool bools, auto make) {
+    const BinaryTraits traits{.kernel = kernel, .floats = false, .bools = bools};
+    add_binary(r, fmt::format("aten::{}.Tensor(Tensor self, Tensor other) -> Tensor", name), R::kPromoted, make,
+               traits);
+    add_binary(r, fmt::format("aten::{}.Scalar(Tensor self, Scalar other) -> Tensor", name), R::kPromoted, make,
+               traits);
+  };
+  // Bools compute as 0/1 integers, so and, or and xor keep them 0 or 1.
+  both_forms("bitwise_and", "bitwise_and_cpu", true, integral([](auto x, auto y) { return x & y; }));
+  both_forms("bitwise_or", "bitwise_or_cpu", true, integral([](auto x, auto y) { return x | y; }));
+  both_forms("bitwise_xor", "bitwise_xor_cpu", true, integral([](auto x, auto y) { return x ^ y; }));
+  // Each shift has Python's operator form and aten's named one.
+  const auto shift = [&](std::string_view dunder, std::string_view named, std::string_view kernel, auto make) {
+    both_forms(dunder, kernel, false, make);
+    const BinaryTraits traits{.kernel = kernel, .floats = false, .bools = false};
+    add_binary(r, fmt::format("aten::{}.Tensor(Tensor self, Tensor other) -> Tensor", named), R::kPromoted, make,
+               traits);
+    add_binary(r, fmt::format("aten::{}.Tensor_Scalar(Tensor self, Scalar other) -> Tensor", named), R::kPromoted, make,
+               traits);
+  };
+  shift("__lshift__", "bitwise_left_shift", "lshift_cpu", integral([](auto x, auto y) { return shift_left(x, y); }));
+  shift("__rshift__", "bitwise_right_shift", "rshift_cpu", integral([](auto x, auto y) { return shift_right(x, y); }));
+
+  // bitwise_not: ~ on integers, logical not on bools.
+  const auto check = [](DType dtype) {
+    if (is_floating(dtype)) {
+      throw Error(fmt::format("\"bitwise_not_cpu\" not implemented for '{}'", scalar_type_name(dtype)));
+    }
+  };
+  OpDef invert = unary_def(UnaryResult::kSame);
+  invert.infer = [check](const OpArgs&, std::span<const TensorType> in) {
+    check(in[0].dtype);
+    return std::vector<TensorType>{in[0]};
+  };
+  invert.kernel = [check](const OpArgs&, std::span<const DenseTensor> in) {
+    const DType dtype = in[0].dtype();
+    check(dtype);
+    return std::vector<DenseTensor>{map_unary(in[0], dtype, [dtype](auto x) {
+      if constexpr (std::is_integral_v<decltype(x)>) {
+        return dtype == DType::kBool ? static_cast<decltype(x)>(x == 0) : static_cast<decltype(x)>(~x);
+      } else {
+        return x;
+      }
+    })};
+  };
+  r.add("aten::bitwise_not(Tensor self) -> Tensor", std::move(invert));
+}
+
 void register_binary_ops(OpRegistry& r) {
   using R = BinaryResult;
   const auto plain = [](auto f) { return [f](const OpArgs&, auto) { return f; }; };
@@ -293,13 +521,15 @@ void register_binary_ops(OpRegistry& r) {
     const double sign = std::string_view(name) == "add" ? 1.0 : -1.0;
     const auto make = [sign](const OpArgs& args, auto c) { return add_with_alpha(args, c, sign); };
     add_binary(r, fmt::format("aten::{}.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor", name),
-               R::kPromoted, make, Linearity::kAdditive);
+               R::kPromoted, make, {.linearity = Linearity::kAdditive});
     add_binary(r, fmt::format("aten::{}.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor", name),
                R::kPromoted, make);
   }
   const auto multiply = plain([](auto x, auto y) { return x * y; });
-  add_binary(r, "aten::mul.Tensor(Tensor self, Tensor other) -> Tensor", R::kPromoted, multiply, Linearity::kBilinear);
-  add_binary(r, "aten::mul.Scalar(Tensor self, Scalar other) -> Tensor", R::kPromoted, multiply, Linearity::kLinear);
+  add_binary(r, "aten::mul.Tensor(Tensor self, Tensor other) -> Tensor", R::kPromoted, multiply,
+             {.linearity = Linearity::kBilinear});
+  add_binary(r, "aten::mul.Scalar(Tensor self, Scalar other) -> Tensor", R::kPromoted, multiply,
+             {.linearity = Linearity::kLinear});
   // Division needs the reduced numerator: by a zero, parts of mixed signs
   // give inf + -inf = NaN where their sum gives one infinity. Reducing first
   // moves no more bytes (the quotient is as large as the numerator).
@@ -394,6 +624,8 @@ void register_where_and_cast(OpRegistry& r) {
 void register_elementwise_ops(OpRegistry& registry) {
   register_unary_ops(registry);
   register_binary_ops(registry);
+  register_rounding_division(registry);
+  register_bitwise_ops(registry);
   register_where_and_cast(registry);
 }
 

@@ -1,10 +1,11 @@
-// Reductions over dims (sum, mean, amax, amin, argmax) and softmax /
+// Reductions over dims (sum, mean, prod, amax, amin, argmax) and softmax /
 // log_softmax along one dim.
 //
 // Sharding rules: a kept dim is a pass-through factor shared by operand and
 // result; a reduced dim is a factor of the operand only, of kind reduction
-// (partial results combine by sum, max or min) or, for argmax,
-// need-replication (partial indices cannot be combined without the values).
+// (partial results combine by sum, max or min) or, for prod and argmax,
+// need-replication (no collective multiplies; partial indices cannot be
+// combined without the values).
 // With keepdim the result's size-1 dim gets its own factor. Softmax keeps
 // every dim; its dim is one need-replication factor shared by operand and
 // result. Example, sum over dim 1 of f32[8,16]:
@@ -193,6 +194,16 @@ struct SumOp {
     return a + b;
   }
 };
+struct ProductOp {
+  template <class A>
+  static A identity() {
+    return A{1};
+  }
+  template <class A>
+  static A combine(A a, A b) {
+    return a * b;
+  }
+};
 struct MaxOp {
   template <class A>
   static A identity() {
@@ -255,9 +266,9 @@ void reduce_into(const T* x, const ReductionPlan& plan, A* acc) {
   });
 }
 
-// ------------------------------------------------ sum, mean, amax, amin
+// ------------------------------------------ sum, mean, prod, amax, amin
 
-enum class ReduceKind { kSum, kMean, kMax, kMin };
+enum class ReduceKind { kSum, kMean, kProd, kMax, kMin };
 
 std::string_view reduce_name(ReduceKind kind) {
   switch (kind) {
@@ -265,6 +276,8 @@ std::string_view reduce_name(ReduceKind kind) {
       return "sum";
     case ReduceKind::kMean:
       return "mean";
+    case ReduceKind::kProd:
+      return "prod";
     case ReduceKind::kMax:
       return "amax";
     case ReduceKind::kMin:
@@ -283,7 +296,7 @@ struct ReduceCall {
 };
 
 ReduceCall read_reduce_call(ReduceKind kind, const OpArgs& args, const TensorType& input) {
-  const bool has_dtype = kind == ReduceKind::kSum || kind == ReduceKind::kMean;
+  const bool has_dtype = kind != ReduceKind::kMax && kind != ReduceKind::kMin;
   // The full reductions aten::sum(Tensor self, *, ScalarType? dtype) and
   // aten::mean(...) have no dim and no keepdim: every dim, not kept.
   const bool full = args.schema().argument_index("dim") < 0;
@@ -304,8 +317,8 @@ ReduceCall read_reduce_call(ReduceKind kind, const OpArgs& args, const TensorTyp
   const bool dtype_given = !args.constant("dtype").is_none();
   if (dtype_given) {
     call.dtype = args.get_dtype("dtype");
-  } else if (kind == ReduceKind::kSum && !is_floating(input.dtype)) {
-    call.dtype = DType::kI64;  // integers and bools sum to i64, as in PyTorch
+  } else if ((kind == ReduceKind::kSum || kind == ReduceKind::kProd) && !is_floating(input.dtype)) {
+    call.dtype = DType::kI64;  // integers and bools sum and multiply to i64, as in PyTorch
   } else {
     call.dtype = input.dtype;
   }
@@ -318,8 +331,10 @@ ReduceCall read_reduce_call(ReduceKind kind, const OpArgs& args, const TensorTyp
   return call;
 }
 
-DenseTensor sum_kernel(const DenseTensor& input, const ReduceCall& call, bool mean) {
-  // PyTorch sums in the result dtype. Integers widen to i64 exactly, so they
+// Sums (Op = SumOp, divided by the count for a mean) and products.
+template <class Op>
+DenseTensor accumulate_kernel(const DenseTensor& input, const ReduceCall& call, bool mean) {
+  // PyTorch accumulates in the result dtype. Integers widen to i64 exactly, so they
   // are read as they are instead of through a cast copy.
   const bool widens = !is_floating(input.dtype()) && call.dtype == DType::kI64;
   const DenseTensor source = widens ? input : cast(input, call.dtype);
@@ -329,10 +344,10 @@ DenseTensor sum_kernel(const DenseTensor& input, const ReduceCall& call, bool me
   visit_dtype(source.dtype(), [&](auto tag) {
     using T = decltype(tag);
     // Floats accumulate in double; integers in uint64, which wraps like
-    // PyTorch's integer sums without signed overflow.
+    // PyTorch's integer sums and products without signed overflow.
     using A = std::conditional_t<std::is_floating_point_v<ComputeType<T>>, double, uint64_t>;
-    std::vector<A> acc(static_cast<std::size_t>(out.numel()), A{0});
-    if (source.numel() > 0) reduce_into<SumOp>(source.data_as<T>(), plan, acc.data());
+    std::vector<A> acc(static_cast<std::size_t>(out.numel()), Op::template identity<A>());
+    if (source.numel() > 0) reduce_into<Op>(source.data_as<T>(), plan, acc.data());
     visit_dtype(call.dtype, [&](auto out_tag) {
       using O = decltype(out_tag);
       O* y = out.data_as<O>();
@@ -381,15 +396,19 @@ void add_reduction(OpRegistry& registry, std::string_view schema, ReduceKind kin
     const ReduceOp reduction = kind == ReduceKind::kMax   ? ReduceOp::kMax
                                : kind == ReduceKind::kMin ? ReduceOp::kMin
                                                           : ReduceOp::kSum;
-    return reduction_rule(call.reduced, call.keepdim, in, out, FactorKind::kReduction, reduction);
+    // No collective multiplies partial products: a product's dims are whole.
+    const FactorKind reduced = kind == ReduceKind::kProd ? FactorKind::kNeedReplication : FactorKind::kReduction;
+    return reduction_rule(call.reduced, call.keepdim, in, out, reduced, reduction);
   };
   def.kernel = [kind](const OpArgs& args, std::span<const DenseTensor> in) {
     const ReduceCall call = read_reduce_call(kind, args, {in[0].dtype(), in[0].shape()});
     switch (kind) {
       case ReduceKind::kSum:
-        return std::vector<DenseTensor>{sum_kernel(in[0], call, false)};
+        return std::vector<DenseTensor>{accumulate_kernel<SumOp>(in[0], call, false)};
       case ReduceKind::kMean:
-        return std::vector<DenseTensor>{sum_kernel(in[0], call, true)};
+        return std::vector<DenseTensor>{accumulate_kernel<SumOp>(in[0], call, true)};
+      case ReduceKind::kProd:
+        return std::vector<DenseTensor>{accumulate_kernel<ProductOp>(in[0], call, false)};
       case ReduceKind::kMax:
         return std::vector<DenseTensor>{extremum_kernel<MaxOp>(in[0], call)};
       case ReduceKind::kMin:
@@ -728,6 +747,10 @@ void register_reduction_ops(OpRegistry& registry) {
   // mean(x) without a dim (AOTAutograd records them so).
   add_reduction(registry, "aten::sum(Tensor self, *, ScalarType? dtype=None) -> Tensor", ReduceKind::kSum);
   add_reduction(registry, "aten::mean(Tensor self, *, ScalarType? dtype=None) -> Tensor", ReduceKind::kMean);
+  add_reduction(registry, "aten::prod(Tensor self, *, ScalarType? dtype=None) -> Tensor", ReduceKind::kProd);
+  add_reduction(registry,
+                "aten::prod.dim_int(Tensor self, int dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor",
+                ReduceKind::kProd);
   add_reduction(registry, "aten::amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor", ReduceKind::kMax);
   add_reduction(registry, "aten::amin(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor", ReduceKind::kMin);
   register_argmax(registry);

@@ -1,7 +1,7 @@
 // Lowering one op (partitioner.cc's steps 1-4), each step a function:
 // the factor shardings (factors_of_cheapest_plan), the operands moved to
 // them (operands_in_layout), padding masked where a sharded dim is reduced
-// (mask_reduced_padding), a lookup in shards (sharded_index), an addend
+// (mask_reduced_padding) or divides (mask_divisor_padding), a lookup in shards (sharded_index), an addend
 // kept once (count_addend_once), and the local op itself (emit_local_op).
 #include <fmt/format.h>
 
@@ -53,6 +53,7 @@ void Partitioner::lower_op(const Node& node) {
   PartialResult partial;
   partial.axes = sharded_reduction_axes(inputs.rule, factor_axes, partial.reduction);
   const double scale = mask_reduced_padding(node, inputs.rule, factor_axes, local, partial.reason);
+  if (!node.op().divisor_arg.empty()) mask_divisor_padding(node, inputs.args, local);
   const ShardedIndex index = sharded_index(node, inputs.rule, factor_axes, partial.reason);
   if (inputs.addend >= 0 && !partial.axes.empty()) {
     count_addend_once(local[static_cast<std::size_t>(inputs.addend)], partial.axes);
@@ -125,21 +126,36 @@ double Partitioner::mask_reduced_padding(const Node& node, const OpShardingRule&
         if (op.averages) {
           scale *= static_cast<double>(padded_shape(mesh_, {size}, {local[o].dims[d]})[0]) / static_cast<double>(size);
         }
-        if (size % builder_.axes_size(local[o].dims[d]) == 0) continue;
-        Instruction mask;
-        mask.kind = InstructionKind::kMaskPadding;
-        mask.inputs = {local[o].slot};
-        local[o].slot = builder_.new_slot(builder_.slot_type(local[o].slot));
-        mask.outputs = {local[o].slot};
-        mask.dim = static_cast<int>(d);
-        mask.global_size = size;
-        mask.axes_before = local[o].dims[d];
-        mask.fill = reduction_identity(rule.factors[f].reduction);
-        builder_.emit(std::move(mask));
+        mask_padding(local[o], static_cast<int>(d), size, reduction_identity(rule.factors[f].reduction));
       }
     }
   }
   return scale;
+}
+
+void Partitioner::mask_divisor_padding(const Node& node, const OpArgs& args, std::vector<LocalValue>& local) {
+  const int o = args.tensor(node.op().divisor_arg);
+  if (o < 0) return;
+  const TensorType& type = node.inputs()[static_cast<std::size_t>(o)]->type();
+  if (is_floating(type.dtype)) return;  // a float zero divides to inf or NaN, never an error
+  for (std::size_t d = 0; d < type.shape.size(); ++d) {
+    mask_padding(local[static_cast<std::size_t>(o)], static_cast<int>(d), type.shape[d], 1.0);
+  }
+}
+
+void Partitioner::mask_padding(LocalValue& operand, int dim, int64_t size, double fill) {
+  const std::vector<int>& axes = operand.dims[static_cast<std::size_t>(dim)];
+  if (size % builder_.axes_size(axes) == 0) return;
+  Instruction mask;
+  mask.kind = InstructionKind::kMaskPadding;
+  mask.inputs = {operand.slot};
+  operand.slot = builder_.new_slot(builder_.slot_type(operand.slot));
+  mask.outputs = {operand.slot};
+  mask.dim = dim;
+  mask.global_size = size;
+  mask.axes_before = axes;
+  mask.fill = fill;
+  builder_.emit(std::move(mask));
 }
 
 Partitioner::ShardedIndex Partitioner::sharded_index(const Node& node, const OpShardingRule& rule,

@@ -10,7 +10,8 @@
 //     (value_moves.cc, reshard.cc), except that partial sums may stay
 //     partial through ops that are linear in them;
 //  3. overwrite padding with the reduction's identity where a sharded dim is
-//     reduced or contracted and does not divide evenly, and keep an addend
+//     reduced or contracted and does not divide evenly (with ones where an
+//     integer divisor is padded), and keep an addend
 //     (linear's bias) on one device of each group the contraction spans;
 //  4. run the op's kernel on the local shards (shape arguments rewritten to
 //     local shapes); a sharded contraction leaves a partial sum over its axes.

@@ -226,6 +226,13 @@ class Partitioner {
                               const std::vector<std::vector<int>>& factor_axes, std::vector<LocalValue>& local,
                               std::string& reason);
 
+  // Step 3 for an op that divides by an integer operand: the padding of
+  // its shards holds ones, not the zeros that would be an error.
+  void mask_divisor_padding(const Node& node, const OpArgs& args, std::vector<LocalValue>& local);
+  // Overwrites the padding of `operand`'s dim (of global `size`) with
+  // `fill`, where its shards are padded.
+  void mask_padding(LocalValue& operand, int dim, int64_t size, double fill);
+
   // A lookup (or write) in the shards of an indexed dim: each device gives
   // the rows its shard holds and zeros for the others (writes the rows it
   // holds). input < 0: none.

@@ -153,6 +153,8 @@ const BinaryRow kBinary[] = {
     {"aten::add", [](double a, double b) { return a + b; }, false},
     {"aten::div", [](double a, double b) { return a / b; }, false},
     {"aten::eq", [](double a, double b) { return double(a == b); }, true},
+    {"aten::floor_divide", [](double a, double b) { return std::floor(a / b); }, false},
+    {"aten::fmod", [](double a, double b) { return std::fmod(a, b); }, false},
     {"aten::ge", [](double a, double b) { return double(a >= b); }, true},
     {"aten::gt", [](double a, double b) { return double(a > b); }, true},
     {"aten::le", [](double a, double b) { return double(a <= b); }, true},
@@ -162,6 +164,7 @@ const BinaryRow kBinary[] = {
     {"aten::mul", [](double a, double b) { return a * b; }, false},
     {"aten::ne", [](double a, double b) { return double(a != b); }, true},
     {"aten::pow", [](double a, double b) { return std::pow(std::abs(a), b); }, false},
+    {"aten::remainder", [](double a, double b) { return a - b * std::floor(a / b); }, false},
     {"aten::sub", [](double a, double b) { return a - b; }, false},
 };
 
@@ -223,6 +226,128 @@ TEST(ElementwiseOps, TypePromotion) {
   EXPECT_THROW(call("aten::pow", {i64, -1}), sf::Error);
   EXPECT_EQ(to_doubles(call("aten::pow", {from_ints({2, 3}, {2}), from_ints({10, 3}, {2})})),
             (std::vector<double>{1024, 27}));
+}
+
+// Integer //, %, fmod and div's rounding modes against Python's rules
+// (quotients floored or truncated, remainders with the divisor's or the
+// dividend's sign), for every sign of both operands.
+TEST(ElementwiseOps, IntegerDivisionRoundsAsPython) {
+  std::vector<int64_t> a_values, b_values;
+  for (int64_t a = -9; a <= 9; ++a) {
+    for (int64_t b = -4; b <= 4; ++b) {
+      if (b == 0) continue;
+      a_values.push_back(a);
+      b_values.push_back(b);
+    }
+  }
+  const auto n = static_cast<int64_t>(a_values.size());
+  std::vector<double> floors, remainders, truncs, fmods;
+  for (int64_t i = 0; i < n; ++i) {
+    const double a = static_cast<double>(a_values[static_cast<std::size_t>(i)]);
+    const double b = static_cast<double>(b_values[static_cast<std::size_t>(i)]);
+    floors.push_back(std::floor(a / b));
+    remainders.push_back(a - b * std::floor(a / b));
+    truncs.push_back(std::trunc(a / b));
+    fmods.push_back(a - b * std::trunc(a / b));
+  }
+  for (sf::DType dtype : {sf::DType::kI32, sf::DType::kI64}) {
+    const auto a = from_ints(a_values, {n}, dtype);
+    const auto b = from_ints(b_values, {n}, dtype);
+    const auto floor = call("aten::floor_divide", {a, b});
+    EXPECT_EQ(floor.dtype(), dtype);
+    EXPECT_EQ(to_doubles(floor), floors);
+    EXPECT_EQ(to_doubles(call("aten::div", {a, b, kw("rounding_mode", "floor")})), floors);
+    EXPECT_EQ(to_doubles(call("aten::remainder", {a, b})), remainders);
+    EXPECT_EQ(to_doubles(call("aten::div", {a, b, kw("rounding_mode", "trunc")})), truncs);
+    EXPECT_EQ(to_doubles(call("aten::fmod", {a, b})), fmods);
+    // Without a rounding mode, div is true division.
+    EXPECT_EQ(call("aten::div", {a, b, kw("rounding_mode", sf::Constant())}).dtype(), sf::DType::kF32);
+  }
+  // The smallest integer by -1 wraps (x86 would trap), remainders are 0.
+  const int64_t smallest = std::numeric_limits<int64_t>::min();
+  const auto min = from_ints({smallest}, {1});
+  EXPECT_EQ(sf::testing_util::element(call("aten::floor_divide", {min, -1}), 0), static_cast<double>(smallest));
+  EXPECT_EQ(sf::testing_util::element(call("aten::div", {min, -1, kw("rounding_mode", "trunc")}), 0),
+            static_cast<double>(smallest));
+  EXPECT_EQ(to_doubles(call("aten::remainder", {min, -1})), (std::vector<double>{0}));
+  EXPECT_EQ(to_doubles(call("aten::fmod", {min, -1})), (std::vector<double>{0}));
+}
+
+// Float // and %: PyTorch's values (checked against torch 2.13) where the
+// rounded quotient, signed zeros, infinities and NaN matter.
+TEST(ElementwiseOps, FloatFloorDivisionAndRemainderAtTheEdges) {
+  const auto a = from_floats({5.5f, -5.5f, 0.0f, -0.0f, INFINITY, NAN, 1.0f, 7.5f, -7.5f, 0.3f}, {10});
+  const auto b = from_floats({2.0f, 2.0f, -3.0f, 3.0f, 2.0f, 1.0f, 0.0f, INFINITY, INFINITY, 0.1f}, {10});
+  const std::vector<double> floor = to_doubles(call("aten::floor_divide", {a, b}));
+  const std::vector<double> want_floor = {2, -3, -0.0, -0.0, NAN, NAN, INFINITY, 0, -1, 3};
+  EXPECT_TRUE(all_close(floor, want_floor, 0, 0));
+  EXPECT_TRUE(std::signbit(floor[2]) && std::signbit(floor[3]));
+  const std::vector<double> rem = to_doubles(call("aten::remainder", {a, b}));
+  const std::vector<double> want_rem = {1.5, 0.5, 0, -0.0, NAN, NAN, NAN, 7.5, INFINITY, 7.450580596923828e-09};
+  EXPECT_TRUE(all_close(rem, want_rem, 1e-6, 0));
+  EXPECT_FALSE(std::signbit(rem[2]));
+  EXPECT_TRUE(std::signbit(rem[3]));
+  EXPECT_TRUE(all_close(to_doubles(call("aten::div", {a, b, kw("rounding_mode", "trunc")})),
+                        {2, -2, -0.0, -0.0, INFINITY, NAN, INFINITY, 0, -0.0, 3}, 0, 0));
+  // An integer tensor by a float number computes in float.
+  const auto ints = from_ints({7, -7}, {2}, sf::DType::kI32);
+  const auto mixed = call("aten::remainder", {ints, 2.5});
+  EXPECT_EQ(mixed.dtype(), sf::DType::kF32);
+  EXPECT_EQ(to_doubles(mixed), (std::vector<double>{2, 0.5}));
+}
+
+TEST(ElementwiseOps, DivisionAndBitwiseErrorsUsePyTorchMessages) {
+  const auto ints = from_ints({4, 5}, {2});
+  const auto zeros = from_ints({1, 0}, {2});
+  const auto bools = from_ints({1, 0}, {2}, sf::DType::kBool);
+  const auto floats = from_floats({1, 2}, {2});
+  expect_errors({
+      {"aten::floor_divide", {ints, zeros}, "ZeroDivisionError"},
+      {"aten::floor_divide", {ints, 0}, "ZeroDivisionError"},
+      {"aten::remainder", {ints, zeros}, "ZeroDivisionError"},
+      {"aten::fmod", {ints, zeros}, "ZeroDivisionError"},
+      {"aten::div", {ints, zeros, kw("rounding_mode", "floor")}, "ZeroDivisionError"},
+      {"aten::div", {ints, zeros, kw("rounding_mode", "trunc")}, "ZeroDivisionError"},
+      {"aten::div", {ints, zeros, kw("rounding_mode", "round")},
+       "div expected rounding_mode to be one of None, 'trunc', or 'floor' but found 'round'"},
+      {"aten::floor_divide", {bools, bools}, "\"div_floor_cpu\" not implemented for 'Bool'"},
+      {"aten::remainder", {bools, bools}, "\"remainder_cpu\" not implemented for 'Bool'"},
+      {"aten::bitwise_and", {floats, ints}, "\"bitwise_and_cpu\" not implemented for 'Float'"},
+      {"aten::bitwise_or", {ints, 1.5}, "\"bitwise_or_cpu\" not implemented for 'Float'"},
+      {"aten::bitwise_not", {floats}, "\"bitwise_not_cpu\" not implemented for 'Float'"},
+      {"aten::__lshift__", {bools, bools}, "\"lshift_cpu\" not implemented for 'Bool'"},
+      {"aten::__rshift__", {floats, 1}, "\"rshift_cpu\" not implemented for 'Float'"},
+  });
+}
+
+TEST(ElementwiseOps, BitwiseOpsAndShifts) {
+  for (sf::DType dtype : {sf::DType::kI32, sf::DType::kI64}) {
+    const auto a = from_ints({5, -5, 12, 0}, {4}, dtype);
+    const auto b = from_ints({3, 3, -6, 7}, {4}, dtype);
+    EXPECT_EQ(to_doubles(call("aten::bitwise_and", {a, b})), (std::vector<double>{1, 3, 8, 0}));
+    EXPECT_EQ(to_doubles(call("aten::bitwise_or", {a, b})), (std::vector<double>{7, -5, -2, 7}));
+    EXPECT_EQ(to_doubles(call("aten::bitwise_xor", {a, 6})), (std::vector<double>{3, -3, 10, 6}));
+    EXPECT_EQ(to_doubles(call("aten::bitwise_not", {a})), (std::vector<double>{-6, 4, -13, -1}));
+    // Counts past the width or below zero: 0 to the left, the sign to the right.
+    const double bits = dtype == sf::DType::kI32 ? 32 : 64;
+    const auto counts = from_ints({1, 2, static_cast<int64_t>(bits), -1}, {4}, dtype);
+    EXPECT_EQ(to_doubles(call("aten::__lshift__", {a, counts})), (std::vector<double>{10, -20, 0, 0}));
+    EXPECT_EQ(to_doubles(call("aten::__rshift__", {a, counts})), (std::vector<double>{2, -2, 0, 0}));
+    EXPECT_EQ(to_doubles(call("aten::bitwise_right_shift", {from_ints({-8}, {1}, dtype), static_cast<int64_t>(bits)})),
+              (std::vector<double>{-1}));
+    EXPECT_EQ(to_doubles(call("aten::bitwise_left_shift", {a, b})), (std::vector<double>{40, -40, 0, 0}));
+  }
+  // Bools stay bools: and, or, xor, not are the logical ones.
+  const auto p = from_ints({1, 1, 0, 0}, {4}, sf::DType::kBool);
+  const auto q = from_ints({1, 0, 1, 0}, {4}, sf::DType::kBool);
+  const auto both = call("aten::bitwise_and", {p, q});
+  EXPECT_EQ(both.dtype(), sf::DType::kBool);
+  EXPECT_EQ(to_doubles(both), (std::vector<double>{1, 0, 0, 0}));
+  EXPECT_EQ(to_doubles(call("aten::bitwise_or", {p, q})), (std::vector<double>{1, 1, 1, 0}));
+  EXPECT_EQ(to_doubles(call("aten::bitwise_xor", {p, q})), (std::vector<double>{0, 1, 1, 0}));
+  const auto inverted = call("aten::bitwise_not", {p});
+  EXPECT_EQ(inverted.dtype(), sf::DType::kBool);
+  EXPECT_EQ(to_doubles(inverted), (std::vector<double>{0, 0, 1, 1}));
 }
 
 TEST(ElementwiseOps, NanPropagatesThroughMaximum) {

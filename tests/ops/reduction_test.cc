@@ -202,6 +202,48 @@ TEST(ReductionOps, FullReductionOverloadsAreChosenWithoutADim) {
   EXPECT_EQ(to_doubles(call("aten::sum", {x, std::vector<int64_t>{1}})), (std::vector<double>{6, 15}));
 }
 
+// prod over one dim or all of them: integers and bools multiply to i64
+// (wrapping), floats in their dtype; an empty product is 1.
+TEST(ReductionOps, ProdOverOneDimOrAll) {
+  std::mt19937 rng(16);
+  for (const ReduceRow& row : kReduceRows) {
+    if (row.dims && row.dims->size() > 1) continue;  // prod takes one dim
+    for (sf::DType dtype : sf::kAllDTypes) {
+      for (bool keepdim : {false, true}) {
+        const bool all = !row.dims || row.dims->empty();
+        const std::vector<bool> mask = reduced_mask(all ? std::nullopt : row.dims, row.shape.size());
+        int64_t reduced = 1;
+        for (std::size_t d = 0; d < row.shape.size(); ++d) reduced *= mask[d] ? row.shape[d] : 1;
+        if (reduced > 40) continue;
+        // Signs and a few factors of 2: products are powers of two, exact in
+        // every dtype and inside f16's range.
+        std::vector<int64_t> values;
+        for (int64_t i = 0; i < sf::numel(row.shape); ++i) {
+          const int64_t pick = static_cast<int64_t>(rng() % 16);
+          values.push_back(pick == 0 ? 2 : pick == 1 ? -2 : pick % 2 == 0 ? 1 : -1);
+        }
+        const sf::DenseTensor x = call("aten::to.dtype", {from_ints(values, row.shape), dtype});
+        const std::vector<TestArg> args = all ? std::vector<TestArg>{x} : std::vector<TestArg>{x, (*row.dims)[0], keepdim};
+        const std::string what = sf::shape_to_string(row.shape) + " " + std::string(sf::dtype_name(dtype));
+        const sf::DenseTensor y = call("aten::prod", args);
+        const sf::DType expected_dtype = sf::is_floating(dtype) ? dtype : sf::DType::kI64;
+        EXPECT_EQ(y.dtype(), expected_dtype) << what;
+        EXPECT_EQ(y.shape(), result_shape(row.shape, mask, keepdim && !all)) << what;
+        std::vector<double> expected;
+        for (const auto& group : groups(to_doubles(x), row.shape, mask)) {
+          double product = 1;
+          for (double v : group) product *= v;
+          expected.push_back(product);
+        }
+        EXPECT_TRUE(all_close(to_doubles(y), expected, rtol_for(expected_dtype), atol_for(expected_dtype))) << what;
+      }
+    }
+  }
+  const auto big = from_ints({std::numeric_limits<int64_t>::max(), 2}, {2});
+  EXPECT_EQ(sf::testing_util::element(call("aten::prod", {big}), 0), -2.0);  // wraps, as in PyTorch
+  EXPECT_EQ(call("aten::prod", {big, 0, kw("dtype", sf::DType::kF32)}).dtype(), sf::DType::kF32);
+}
+
 // topk against sorting each row: largest or smallest first, ties by position,
 // NaN the largest, along any dim.
 TEST(ReductionOps, TopkMatchesSortingEachRow) {
@@ -342,6 +384,8 @@ TEST(ReductionOps, ShardingRules) {
       {run_op("aten::amin", {x, std::vector<int64_t>{0}, true}),
        "([i, j])->([k, j]) {i=8, j=16, k=1} reduction={i:min}"},
       {run_op("aten::argmax", {x, 1}), "([i, j])->([i]) {i=8, j=16} need_replication={j}"},
+      {run_op("aten::prod", {x, 1}), "([i, j])->([i]) {i=8, j=16} need_replication={j}"},
+      {run_op("aten::prod", {x}), "([i, j])->([]) {i=8, j=16} need_replication={i, j}"},
       {run_op("aten::argmax", {x}), "([i, j])->([]) {i=8, j=16} need_replication={i, j}"},
       {run_op("aten::softmax", {x, -1}), "([i, j])->([i, j]) {i=8, j=16} need_replication={j}"},
       {run_op("aten::log_softmax", {x3, 0}), "([i, j, k])->([i, j, k]) {i=2, j=3, k=4} need_replication={i}"},

@@ -97,6 +97,24 @@ TEST(Execution, IntegerMinAndMaxOverAPaddedShardedDim) {
   expect_same(text, runtime, {x});
 }
 
+// Integer division of shards padded on the divisor's dim: the padding must
+// not divide by zero (ZeroDivisionError on a device whose values are fine).
+TEST(Execution, IntegerDivisionByAShardedDivisorWithPadding) {
+  sf::Runtime runtime = sf::Runtime::local(8);
+  std::vector<int64_t> divisors;
+  for (int64_t i = 0; i < 17 * 5; ++i) divisors.push_back(i % 2 == 0 ? 1 + i % 9 : -1 - i % 7);
+  const std::string text = "func @f(%x: f32[17,5], %d: i64[17,5]) -> (i64[17,5], i64[17,5], i64[17,5], i64[17,5]) {\n"
+                           "  %a = " + annotate("d", "('x', None)", "i64[17,5]", kMesh8) + "\n"
+                           "  %s = aten::mul.Scalar(%x, 100) : f32[17,5]\n"
+                           "  %n = aten::to.dtype(%s, i64) : i64[17,5]\n"
+                           "  %q = aten::floor_divide(%n, %a) : i64[17,5]\n"
+                           "  %r = aten::remainder.Tensor(%n, %a) : i64[17,5]\n"
+                           "  %m = aten::fmod.Tensor(%n, %a) : i64[17,5]\n"
+                           "  %t = aten::div.Tensor_mode(%n, %a, rounding_mode='trunc') : i64[17,5]\n"
+                           "  return %q, %r, %m, %t\n}\n";
+  expect_same(text, runtime, {sf::randn({17, 5}, 4), sf::Tensor::from_ints(divisors, {17, 5})});
+}
+
 TEST(Execution, MegatronMlp) {
   sf::Runtime runtime = sf::Runtime::local(8);
   const std::string mesh = R"M([0, 1, 2, 3, 4, 5, 6, 7], "(2, 4)", "('data', 'model')")M";

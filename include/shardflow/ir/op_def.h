@@ -113,6 +113,10 @@ struct OpDef {
   // it, so the partitioner keeps it on one device per reduction group and
   // zeros it on the others, rather than leaving the contraction whole.
   std::string addend_arg;
+  // The tensor argument the op divides by (floor_divide's "other"): an
+  // integer zero there is an error, so where a shard of it is padded the
+  // partitioner fills the padding with ones before the op.
+  std::string divisor_arg;
   // The argument that holds the result's shape (reshape's "shape", expand's
   // "size"): the partitioner rewrites it to the local (per-device) shape.
   std::string output_shape_arg;
