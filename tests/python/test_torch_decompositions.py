@@ -1,9 +1,10 @@
 """Ops shardflow has no kernel for, compiled through the backend's
 decompositions (shardflow.torch._decompositions and the few of PyTorch's it
-uses), and the rounding and special functions it has kernels for:
-compiled == eager PyTorch, with the input sharded along each of its dims on
-4 devices (uneven sizes: 3, 5 and 6 over 4), and NaN and inf where the op
-treats them specially."""
+uses), and the rounding, division, bitwise and special functions it has
+kernels for: compiled == eager PyTorch, with the input sharded along each of
+its dims on 4 devices (uneven sizes: 3, 5 and 6 over 4), and NaN and inf
+where the op treats them specially. Integer division by a sharded divisor
+checks that the shards' padding is not divided by."""
 
 from __future__ import annotations
 
@@ -60,6 +61,17 @@ OPS = {
     "logical": lambda x: torch.stack([torch.logical_and(x > 0, x < 1), torch.logical_or(x > 1, x < -1),
                                       torch.logical_xor(x > 0, x > 1), torch.logical_not(x > 0)]).float(),
     "bitwise_on_bools": lambda x: (((x > 0) & (x < 1)) | ~(x > -1) ^ (x > 2)).float(),
+    "floor_divide": lambda x: x // 0.3 + (x * 3) // x.flip(0) + 2 // x,
+    "remainder_fmod": lambda x: x % 0.7 + torch.fmod(x, -0.4) + (x * 3) % x.flip(2) + torch.remainder(2.5, x),
+    "div_rounding_modes": lambda x: torch.div(x * 3, x.flip(1), rounding_mode="floor")
+    + torch.div(x, 0.2, rounding_mode="trunc") + torch.div(x, 3, rounding_mode=None),
+    "prod": lambda x: torch.prod(x, 1).sum(0) + torch.prod(x * 0.5 + 1) + torch.prod(x, -1, keepdim=True).mean(),
+    "cross_entropy": lambda x: torch.stack([
+        F.cross_entropy(x.reshape(15, 6), _classes(x.reshape(15, 6), 6)),
+        F.cross_entropy(x.reshape(15, 6), _classes(x.reshape(15, 6), 6), weight=RISING, ignore_index=0),
+        F.cross_entropy(x, _classes(x.transpose(1, 2), 5), reduction="sum", label_smoothing=0.1),
+        F.cross_entropy(x[0, 0], _classes(x[0, 0], 6))]),
+    "nll_loss_none": lambda x: F.nll_loss(F.log_softmax(x, 1), _classes(x.transpose(1, 2), 5), reduction="none"),
     "isnan_isinf": lambda x: torch.isnan(x).float() + 2 * torch.isinf(x).float() + 4 * torch.isfinite(x).float(),
     "any_all": lambda x: torch.stack([(x > 1).any(-1), (x > -2).all(1).any(-1, keepdim=True).expand(3, 5),
                                       (x > 1).any().expand(3, 5), torch.all(x > -9).expand(3, 5)]).float(),
@@ -90,7 +102,27 @@ OPS = {
 # Ops whose special values the decomposition handles itself.
 SPECIAL_VALUES = {"clamp", "clamp_min", "hardtanh", "sign", "nan_to_num", "logsumexp", "logaddexp", "max_dim",
                   "min_dim", "sort", "sort_stable", "argsort", "isnan_isinf", "argmin",
-                  "max_min_all"}
+                  "max_min_all", "floor_divide", "remainder_fmod", "div_rounding_modes"}
+
+# name -> f(x) for x an int64 [3, 5, 6] of values in ±[1, 9] (never 0, so x
+# divides; its shards' padding holds zeros).
+INTEGER_OPS = {
+    "floor_divide": lambda x: (x * 7 + 3) // x + x // 3 + x // -4 + 100 // x,
+    "remainder": lambda x: (x * 7 + 3) % x + x % 3 + x % -4 + 5 % x,
+    "fmod": lambda x: torch.fmod(x * 7 + 3, x) + torch.fmod(x, -3),
+    "div_rounding_modes": lambda x: torch.div(x * 7 + 3, x, rounding_mode="floor")
+    + torch.div(x * 5 - 1, x, rounding_mode="trunc") + torch.div(x, -3, rounding_mode="trunc"),
+    "true_division": lambda x: torch.div(x, x.flip(2)) + x / 4,
+    "int32": lambda x: (x.int() * 9) // x.int() + x.int() % 4 + torch.fmod(x.int(), x.int().flip(1)),
+    "bitwise": lambda x: (x & 6) | (x ^ x.flip(1)) + ~x + (3 & x) - (x | -8) + torch.bitwise_xor(5, x),
+    "shifts": lambda x: (x << 2) + (x >> 1) + (1 << x.abs()) + (256 >> x.abs()) + (x << x.abs() * 7),
+    "prod": lambda x: torch.prod(x, 1) + torch.prod(x).expand(3, 6) + torch.prod(x.clamp(-2, 2), 1, keepdim=True)[:, 0],
+}
+
+
+def _classes(logits: torch.Tensor, count: int) -> torch.Tensor:
+    """Class indices in [0, count) computed from the logits' rows."""
+    return (logits.sum(-1).abs() * 7).long() % count
 
 
 def sample(name: str) -> torch.Tensor:
@@ -119,6 +151,39 @@ def test_decomposed_op_matches_eager_on_a_sharded_input(spmd, name, spec):
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5, equal_nan=True)
 
 
+@pytest.mark.parametrize("spec", [(0, None, None), (None, 0, None), (None, None, 0)])
+@pytest.mark.parametrize("name", sorted(INTEGER_OPS))
+def test_integer_op_matches_eager_on_a_sharded_input(spmd, name, spec):
+    spmd(4)
+    op = INTEGER_OPS[name]
+
+    def f(x):
+        xs.mark_sharding(x, xs.Mesh(torch.arange(4), (4,)), spec)
+        return op(x)
+
+    generator = torch.Generator().manual_seed(len(name))
+    magnitude = torch.randint(1, 10, (3, 5, 6), generator=generator)
+    x = torch.where(torch.rand(3, 5, 6, generator=generator) < 0.5, -magnitude, magnitude)
+    expected = op(x)
+    got = torch.compile(f, backend="shardflow", dynamic=False)(x)
+    assert got.dtype == expected.dtype
+    torch.testing.assert_close(got, expected, rtol=1e-6, atol=0)
+
+
+def test_integer_division_by_zero_is_pytorchs_error(spmd):
+    spmd(4)
+
+    def f(x, y):
+        xs.mark_sharding(y, xs.Mesh(torch.arange(4), (4,)), (0,))
+        return (x // y).sum()
+
+    x, y = torch.arange(6), torch.tensor([1, 2, 3, 0, 5, 6])
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        x // y
+    with pytest.raises(Exception, match="ZeroDivisionError"):
+        torch.compile(f, backend="shardflow")(x, y)
+
+
 def test_the_table_holds_only_ops_shardflow_lacks():
     have = sf.op_schemas()
     table = _decompositions.table()
@@ -126,16 +191,6 @@ def test_the_table_holds_only_ops_shardflow_lacks():
         assert _lowering._ir_name(op) not in have, f"{op} has a kernel: decomposing it would bypass it"
         assert op in table
     assert all(_lowering._ir_name(op) not in have for op in table)
-
-
-def test_bitwise_ops_on_integers_are_not_decomposed(spmd):
-    spmd(1)
-
-    def f(x):
-        return x & 6
-
-    with pytest.raises(Exception, match=r"shardflow has no op aten::bitwise_and.*test_torch_decompositions.py"):
-        torch.compile(f, backend="shardflow")(torch.arange(4))
 
 
 def test_an_op_without_a_kernel_or_a_decomposition_still_names_its_line(spmd):

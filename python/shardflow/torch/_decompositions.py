@@ -341,54 +341,29 @@ def _argsort_stable(x, *, stable=False, dim=-1, descending=False):
     return _sort(x, dim, descending)[1]
 
 
-# Truth values: where on bool tensors (bitwise ops only on bool; integer
-# bits have no decomposition here and stay a LoweringError).
+# Logical ops: the bitwise ones on truth values (x != 0 for non-bools).
 def _truth(x: torch.Tensor) -> torch.Tensor:
     return x if x.dtype == torch.bool else x != 0
 
 
-def _bools(*tensors: torch.Tensor) -> bool:
-    return all(t.dtype == torch.bool for t in tensors)
-
-
 @_decomposes(aten.logical_and.default)
 def _logical_and(a, b):
-    return aten.where.self(_truth(a), _truth(b), aten.full.default([], False, dtype=torch.bool))
+    return aten.bitwise_and.Tensor(_truth(a), _truth(b))
 
 
 @_decomposes(aten.logical_or.default)
 def _logical_or(a, b):
-    return aten.where.self(_truth(a), aten.full.default([], True, dtype=torch.bool), _truth(b))
+    return aten.bitwise_or.Tensor(_truth(a), _truth(b))
 
 
 @_decomposes(aten.logical_xor.default)
 def _logical_xor(a, b):
-    return _truth(a) != _truth(b)
+    return aten.bitwise_xor.Tensor(_truth(a), _truth(b))
 
 
 @_decomposes(aten.logical_not.default)
 def _logical_not(x):
-    return _truth(x) == False  # noqa: E712  (an aten::eq, not a Python test)
-
-
-@_decomposes(aten.bitwise_and.Tensor)
-def _bitwise_and(a, b):
-    return _logical_and(a, b) if _bools(a, b) else NotImplemented
-
-
-@_decomposes(aten.bitwise_or.Tensor)
-def _bitwise_or(a, b):
-    return _logical_or(a, b) if _bools(a, b) else NotImplemented
-
-
-@_decomposes(aten.bitwise_xor.Tensor)
-def _bitwise_xor(a, b):
-    return _logical_xor(a, b) if _bools(a, b) else NotImplemented
-
-
-@_decomposes(aten.bitwise_not.default)
-def _bitwise_not(x):
-    return _logical_not(x) if _bools(x) else NotImplemented
+    return aten.bitwise_not.default(_truth(x))
 
 
 @_decomposes(aten.isnan.default)
@@ -415,6 +390,31 @@ def _all(x, dim=None, keepdim=False):
 def _argmin(x, dim=None, keepdim=False):
     # The first smallest, NaN first, as PyTorch's: argmax of the negation.
     return aten.argmax.default(-x, dim, keepdim) if x.dtype != torch.bool else NotImplemented
+
+
+# nll_loss (cross_entropy after log_softmax): -x[target] along the class
+# dim (1, or 0 for one unbatched sample), weighted; targets equal to
+# ignore_index weigh 0. A target outside [0, C) is gather's index error.
+# Reductions 0, 1, 2: none, weighted mean, sum.
+@_decomposes(aten.nll_loss_forward.default, aten.nll_loss2d_forward.default)
+def _nll_loss(x, target, weight, reduction, ignore_index):
+    class_dim = 1 if x.dim() > 1 else 0
+    ignored = target == ignore_index
+    safe = aten.where.self(ignored, aten.full.default([], 0, dtype=target.dtype), target)
+    picked = aten.squeeze.dim(aten.gather.default(x, class_dim, aten.unsqueeze.default(safe, class_dim)), class_dim)
+    if weight is None:
+        weights = aten.where.self(ignored, _scalar(0, x), _scalar(1, x))
+    else:
+        chosen = aten.reshape.default(aten.index_select.default(weight, 0, aten.reshape.default(safe, [-1])),
+                                      list(safe.shape))
+        weights = aten.where.self(ignored, _scalar(0, x), chosen)
+    losses = -picked * weights
+    total = aten.sum.default(weights)
+    if reduction == 0:
+        return losses, total
+    if reduction == 2:
+        return aten.sum.default(losses), total
+    return aten.sum.default(losses) / total, total
 
 
 @_decomposes(aten.new_full.default)

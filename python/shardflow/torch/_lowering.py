@@ -298,12 +298,17 @@ class Lowering:
 
     def _scalar_overload(self, op: str, args) -> str:
         """aten::mul.Tensor(x, 2) as PyTorch records it (a wrapped number) is
-        aten::mul.Scalar in shardflow, whose .Tensor overloads take tensors."""
+        aten::mul.Scalar in shardflow, whose .Tensor overloads take tensors
+        (and a default overload such as floor_divide's has a .Scalar one)."""
         if len(args) < 2 or not isinstance(args[1], (int, float)) or isinstance(args[0], (int, float)):
             return op
-        for tensor_form, scalar_form in ((".Tensor_Tensor", ".Tensor_Scalar"), (".Tensor", ".Scalar")):
+        forms = ((".Tensor_Tensor", ".Tensor_Scalar"), (".Tensor", ".Scalar"), (".Tensor", ".Tensor_Scalar"),
+                 (".Tensor_mode", ".Scalar_mode"))
+        for tensor_form, scalar_form in forms:
             if op.endswith(tensor_form) and op[: -len(tensor_form)] + scalar_form in self.schemas:
                 return op[: -len(tensor_form)] + scalar_form
+        if "." not in op.partition("::")[2] and op + ".Scalar" in self.schemas:  # floor_divide(t, 3)
+            return op + ".Scalar"
         return op
 
     def direct(self, node: torch.fx.Node, op: str, args, kwargs) -> Ref:
@@ -592,6 +597,22 @@ def _pow_scalar_base(lowering: Lowering, node: torch.fx.Node) -> Ref:
     return lowering.emit_op(node, "aten::exp", [scaled])
 
 
+def _number_first(op: str) -> Callable[[Lowering, torch.fx.Node], Ref]:
+    """op(number, tensor): aten's Scalar_Tensor forms (`5 % t`, `1 << t`) and
+    floor_divide(7, t) as `7 // t` is recorded. The number becomes a 0-dim
+    tensor of the result's dtype, then the tensor form (the tensor's dtype
+    promotes to that dtype, so the values are PyTorch's)."""
+    def lower(lowering: Lowering, node: torch.fx.Node) -> Ref:
+        first, other = node.args[:2]
+        if not isinstance(first, (bool, int, float)):
+            return lowering.direct(node, lowering._scalar_overload(op, node.args), node.args, node.kwargs)
+        dtype = node.meta["val"].dtype
+        number = lowering.emit_op(node, "aten::full", [[], first], {"dtype": dtype}, type_text=f"{DTYPES[dtype]}[]",
+                                  hint="number")
+        return lowering.emit_op(node, op, [number, lowering.values[other]])
+    return lower
+
+
 def _reciprocal(lowering: Lowering, node: torch.fx.Node) -> Ref:
     return lowering.emit_op(node, "aten::pow.Tensor_Scalar", [lowering.values[node.args[0]], -1.0])
 
@@ -864,6 +885,13 @@ REWRITES: dict[Any, Callable[[Lowering, torch.fx.Node], Any]] = {
     torch.ops.aten._softmax.default: _softmax_as("aten::softmax.int"),
     torch.ops.aten.pow.Scalar: _pow_scalar_base,
     torch.ops.aten.reciprocal.default: _reciprocal,
+    torch.ops.aten.floor_divide.default: _number_first("aten::floor_divide"),
+    torch.ops.aten.remainder.Scalar_Tensor: _number_first("aten::remainder.Tensor"),
+    torch.ops.aten.bitwise_and.Scalar_Tensor: _number_first("aten::bitwise_and.Tensor"),
+    torch.ops.aten.bitwise_or.Scalar_Tensor: _number_first("aten::bitwise_or.Tensor"),
+    torch.ops.aten.bitwise_xor.Scalar_Tensor: _number_first("aten::bitwise_xor.Tensor"),
+    torch.ops.aten.bitwise_left_shift.Scalar_Tensor: _number_first("aten::bitwise_left_shift.Tensor"),
+    torch.ops.aten.bitwise_right_shift.Scalar_Tensor: _number_first("aten::bitwise_right_shift.Tensor"),
     torch.ops.aten.ones_like.default: _full_like(1.0),
     torch.ops.aten.zeros_like.default: _full_like(0.0),
     torch.ops.aten.full_like.default: _full_like(None),
