@@ -1,4 +1,5 @@
-// Indexing ops: embedding, index_select, index_copy (functional) and gather,
+// Indexing ops: embedding, index_select, index_copy (functional), gather and
+// scatter (scatter.src, scatter.value, scatter_add),
 // and put_rows_into, index_copy's in-place form for memory a caller owns.
 //
 // Index tensors are i64 or i32. Every index is checked against the size it
@@ -13,9 +14,10 @@
 // partitions a gather from a sharded operand the same way). The dim
 // index_copy writes is indexed too, in self and the result: sharded, each
 // device writes the rows that fall in its shard and keeps the others, so a
-// KV cache split over its positions is updated where it lies. Dims of
-// gather's self longer than the index's are need-replication, as any index
-// may read any of their rows.
+// KV cache split over its positions is updated where it lies; the dim
+// scatter writes is indexed the same way. Dims of gather's self longer than
+// the index's are need-replication, as any index may read any of their rows;
+// for scatter, every dim where index, src and self do not line up is.
 // Examples:
 //   embedding f32[100,16], i64[4,8]:
 //     ([l, k], [i, j])->([i, j, k]) {i=4, j=8, k=16, l=100} indexed={l}
@@ -26,6 +28,8 @@
 //     need_replication={m} indexed={j}
 //   gather f32[4,10], dim 1, i64[4,3]:
 //     ([i, k], [i, j])->([i, j]) {i=4, j=3, k=10} indexed={k}
+//   scatter.src f32[4,10], dim 1, i64[4,3], f32[4,3]:
+//     ([i, j], [i, k], [i, k])->([i, j]) {i=4, j=10, k=3} need_replication={k} indexed={j}
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -520,6 +524,165 @@ void register_gather(OpRegistry& r) {
   r.add("aten::gather(Tensor self, int dim, Tensor index, *, bool sparse_grad=False) -> Tensor", std::move(def));
 }
 
+// ------------------------------------------------------------------ scatter
+
+// scatter.src, scatter.value and scatter_add: a copy of self where, for each
+// position p of index, the element at p with dim replaced by index[p] is
+// set to (or, for scatter_add, increased by) src[p] or the value.
+enum class ScatterKind { kSource, kValue, kAdd };
+
+void check_scatter(const OpArgs& args, std::span<const TensorType> in, ScatterKind kind) {
+  const TensorType& self = in[0];
+  const TensorType& index = in[1];
+  const int64_t dim = wrap_dim(args.get_int("dim"), self.rank());
+  if (!is_index_dtype(index.dtype)) throw Error("scatter(): Expected dtype int32/int64 for index");
+  const TensorType* src = kind == ScatterKind::kValue ? nullptr : &in[2];
+  if (src != nullptr && src->dtype != self.dtype) {
+    throw Error("scatter(): Expected self.dtype to be equal to src.dtype");
+  }
+  if (numel(index.shape) == 0) return;  // PyTorch skips the shape checks for an empty index
+  const int64_t rank = std::max<int64_t>(self.rank(), 1);
+  if (std::max<int64_t>(index.rank(), 1) != rank) {
+    throw Error("Index tensor must have the same number of dimensions as self tensor");
+  }
+  if (src != nullptr && std::max<int64_t>(src->rank(), 1) != rank) {
+    throw Error("Index tensor must have the same number of dimensions as src tensor");
+  }
+  for (int64_t d = 0; d < rank; ++d) {
+    const int64_t size = nonempty_size(index, d);
+    if ((d != dim && size > nonempty_size(self, d)) || (src != nullptr && size > nonempty_size(*src, d))) {
+      throw Error(fmt::format("Expected index {} to be no larger than self {} apart from dimension {}{}",
+                              sizes_text(index.shape), sizes_text(self.shape), dim,
+                              src == nullptr ? "" : " and to be no larger size than src " + sizes_text(src->shape)));
+    }
+  }
+}
+
+// scatter into the shard of self's dim that starts at global index
+// window.begin (the whole dim: begin 0): positions whose index falls inside
+// it are written, the others are another shard's. Positions go in row-major
+// order, so the last of duplicate indices wins (as PyTorch's CPU kernel).
+DenseTensor scatter_in_window(const OpArgs& args, std::span<const DenseTensor> in, const IndexWindow& window,
+                              ScatterKind kind) {
+  check_scatter(args, types_of(in), kind);
+  const DenseTensor& self = in[0];
+  DenseTensor out;
+  if (self.is_sole_owner()) {
+    out = self;
+  } else {
+    out = DenseTensor::empty(self.dtype(), self.shape());
+    std::memcpy(out.data(), self.data(), self.nbytes());
+  }
+  const std::vector<int64_t> indices = index_values(in[1]);
+  const auto dim = static_cast<std::size_t>(wrap_dim(args.get_int("dim"), self.rank()));
+  const int64_t bound = window.global_size;
+  check_indices(indices, bound, [&](int64_t i) {
+    return fmt::format("index {} is out of bounds for dimension {} with size {}", i, dim, bound);
+  });
+  if (indices.empty()) return out;
+  const Shape self_shape = self.rank() == 0 ? Shape{1} : self.shape();
+  const Shape index_shape = in[1].rank() == 0 ? Shape{1} : in[1].shape();
+  const Dims self_strides = row_major_strides(self_shape);
+  const Dims src_strides =
+      kind == ScatterKind::kValue ? Dims{} : row_major_strides(in[2].rank() == 0 ? Shape{1} : in[2].shape());
+  const int64_t rows = std::clamp<int64_t>(bound - window.begin, 0, self_shape[dim]);
+  visit_dtype(self.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    T* dst = out.data_as<T>();
+    const T* src = kind == ScatterKind::kValue ? nullptr : in[2].data_as<T>();
+    const T value = kind == ScatterKind::kValue ? store<T>(args.get_number("value")) : T{};
+    std::vector<int64_t> position(index_shape.size(), 0);
+    for (std::size_t i = 0; i < indices.size(); ++i) {
+      const int64_t local = indices[i] - window.begin;
+      if (local >= 0 && local < rows) {
+        int64_t at = 0, from = 0;
+        for (std::size_t d = 0; d < position.size(); ++d) {
+          at += (d == dim ? local : position[d]) * self_strides[d];
+          if (src != nullptr) from += position[d] * src_strides[d];
+        }
+        if (kind == ScatterKind::kAdd) {
+          dst[at] = store<T>(load(dst[at]) + load(src[from]));
+        } else {
+          dst[at] = src != nullptr ? src[from] : value;
+        }
+      }
+      for (std::size_t d = position.size(); d-- > 0;) {
+        if (++position[d] < index_shape[d]) break;
+        position[d] = 0;
+      }
+    }
+  });
+  return out;
+}
+
+void add_scatter(OpRegistry& r, std::string_view schema, ScatterKind kind) {
+  OpDef def;
+  def.family = OpFamily::kIndexing;
+  def.infer = [kind](const OpArgs& args, std::span<const TensorType> in) {
+    check_scatter(args, in, kind);
+    return std::vector<TensorType>{in[0]};
+  };
+  def.sharding_rule = [kind](const OpArgs& args, std::span<const TensorType> in, std::span<const TensorType> out) {
+    RuleBuilder b(in, out);
+    const TensorType& self = in[0];
+    const TensorType& index = in[1];
+    const bool has_src = kind != ScatterKind::kValue;
+    const auto dim = static_cast<int>(wrap_dim(args.get_int("dim"), self.rank()));
+    // A dim other than `dim` is shared when index (and src) line up with
+    // self element for element; otherwise, or along `dim`, any position of
+    // index may land anywhere, so index and src are needed whole.
+    const auto shared = [&](int d) {
+      const auto at = static_cast<std::size_t>(d);
+      return self.rank() == index.rank() && d != dim && self.shape[at] == index.shape[at] &&
+             (!has_src || (in[2].rank() == index.rank() && in[2].shape[at] == index.shape[at]));
+    };
+    for (int d = 0; d < static_cast<int>(self.rank()); ++d) {
+      const int64_t extent = self.shape[static_cast<std::size_t>(d)];
+      if (d == dim) {
+        b.add_factor(has_src ? std::vector<int>{d, -1, -1} : std::vector<int>{d, -1}, {d}, extent,
+                     FactorKind::kIndexed);  // written where the index values say
+      } else if (shared(d)) {
+        b.add_factor(has_src ? std::vector<int>{d, d, d} : std::vector<int>{d, d}, {d}, extent);
+      } else {
+        b.add_factor(has_src ? std::vector<int>{d, -1, -1} : std::vector<int>{d, -1}, {d}, extent, kNeedReplication);
+      }
+    }
+    // The rest of index and src: one factor where src lines up with index.
+    const auto src_matches = [&](int d) {
+      const auto at = static_cast<std::size_t>(d);
+      return has_src && in[2].rank() == index.rank() && in[2].shape[at] == index.shape[at];
+    };
+    for (int d = 0; d < static_cast<int>(index.rank()); ++d) {
+      if (shared(d)) continue;
+      if (src_matches(d)) {
+        b.add_factor({-1, d, d}, {-1}, index.shape[static_cast<std::size_t>(d)], kNeedReplication);
+      } else {
+        b.add_operand_only(1, d, kNeedReplication);
+      }
+    }
+    for (int d = 0; has_src && d < static_cast<int>(in[2].rank()); ++d) {
+      if (!shared(d) && !src_matches(d)) b.add_operand_only(2, d, kNeedReplication);
+    }
+    return b.build();
+  };
+  def.kernel = [kind](const OpArgs& args, std::span<const DenseTensor> in) {
+    const auto dim = static_cast<std::size_t>(wrap_dim(args.get_int("dim"), in[0].rank()));
+    const IndexWindow whole{0, in[0].rank() == 0 ? 1 : in[0].shape()[dim]};
+    return std::vector<DenseTensor>{scatter_in_window(args, in, whole, kind)};
+  };
+  def.windowed_kernel = [kind](const OpArgs& args, std::span<const DenseTensor> in, const IndexWindow& window) {
+    return std::vector<DenseTensor>{scatter_in_window(args, in, window, kind)};
+  };
+  r.add(schema, std::move(def));
+}
+
+void register_scatter(OpRegistry& r) {
+  add_scatter(r, "aten::scatter.src(Tensor self, int dim, Tensor index, Tensor src) -> Tensor", ScatterKind::kSource);
+  add_scatter(r, "aten::scatter.value(Tensor self, int dim, Tensor index, Scalar value) -> Tensor",
+              ScatterKind::kValue);
+  add_scatter(r, "aten::scatter_add(Tensor self, int dim, Tensor index, Tensor src) -> Tensor", ScatterKind::kAdd);
+}
+
 }  // namespace
 
 void put_rows_into(DenseTensor& self, int64_t dim, const DenseTensor& index, const DenseTensor& source) {
@@ -548,6 +711,7 @@ void register_index_ops(OpRegistry& registry) {
   register_gather(registry);
   register_index_copy(registry);
   register_index_select(registry);
+  register_scatter(registry);
 }
 
 }  // namespace shardflow::ops

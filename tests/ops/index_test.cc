@@ -1,4 +1,4 @@
-// Index ops (embedding, index_select, index_copy and its in-place form, gather) against
+// Index ops (embedding, index_select, index_copy and its in-place form, gather, scatter) against
 // straightforward reference loops, their errors and their sharding rules.
 #include <gtest/gtest.h>
 
@@ -414,6 +414,100 @@ TEST(IndexOps, GatherErrors) {
   });
 }
 
+// ------------------------------------------------------------------ scatter
+
+// A copy of self where self[p with p[dim] replaced by index[p]] is set to
+// (add: increased by) src[p] for each position p of index, in row-major
+// order; scalars act as [1].
+std::vector<double> scatter_reference(const sf::DenseTensor& self, int64_t dim, const sf::DenseTensor& index,
+                                      const sf::DenseTensor& src, bool add) {
+  const Shape self_shape = self.rank() == 0 ? Shape{1} : self.shape();
+  const Shape index_shape = index.rank() == 0 ? Shape{1} : index.shape();
+  const Shape src_shape = src.rank() == 0 ? Shape{1} : src.shape();
+  std::vector<double> out = to_doubles(self);
+  for (int64_t flat = 0; flat < index.numel(); ++flat) {
+    std::vector<int64_t> position = unravel(flat, index_shape);
+    const double value = element(src, ravel(position, src_shape));
+    position[dim] = static_cast<int64_t>(element(index, flat));
+    double& target = out[static_cast<std::size_t>(ravel(position, self_shape))];
+    target = add ? target + value : value;
+  }
+  return out;
+}
+
+TEST(IndexOps, ScatterMatchesReference) {
+  std::mt19937 rng(11);
+  int case_number = 0;
+  for (const Shape& shape : {Shape{}, Shape{5}, Shape{3, 4}, Shape{2, 3, 4}, Shape{1, 5}}) {
+    const int64_t rank = std::max<int64_t>(static_cast<int64_t>(shape.size()), 1);
+    for (int64_t dim = -rank; dim < rank; ++dim) {
+      const int64_t wrapped = dim < 0 ? dim + rank : dim;
+      const int64_t size = shape.empty() ? 1 : shape[wrapped];
+      for (int repeat = 0; repeat < 4; ++repeat) {
+        // Index dims up to self's (any along dim), src at least the index.
+        Shape index_shape, src_shape;
+        for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
+          const int64_t limit = d == wrapped ? 5 : shape[d];
+          index_shape.push_back(std::uniform_int_distribution<int64_t>(0, limit)(rng));
+          src_shape.push_back(index_shape.back() + std::uniform_int_distribution<int64_t>(0, 1)(rng));
+        }
+        const DType dtype = data_dtype(case_number);
+        const auto self = random_tensor(dtype, shape, rng);
+        const auto index = random_tensor(index_dtype(case_number++), index_shape, rng, 0, size);
+        const auto src = random_tensor(dtype, src_shape, rng);
+        const std::string what =
+            sf::shape_to_string(shape) + " dim " + std::to_string(dim) + " index " + sf::shape_to_string(index_shape);
+        const auto written = call("aten::scatter", {self, dim, index, src});
+        ASSERT_EQ(written.shape(), shape);
+        EXPECT_EQ(written.dtype(), dtype);
+        EXPECT_EQ(to_doubles(written), scatter_reference(self, wrapped, index, src, false)) << what;
+        if (dtype != DType::kBool) {
+          EXPECT_TRUE(all_close(to_doubles(call("aten::scatter_add", {self, dim, index, src})),
+                                scatter_reference(self, wrapped, index, src, true), 1e-2, 1e-2))
+              << what;
+        }
+        const auto ones = call("aten::to.dtype", {from_floats(std::vector<float>(sf::numel(src_shape), 1), src_shape), dtype});
+        const auto filled = call("aten::scatter", {self, dim, index, 1});
+        EXPECT_EQ(to_doubles(filled), scatter_reference(self, wrapped, index, ones, false))
+            << what;
+      }
+    }
+  }
+}
+
+TEST(IndexOps, ScatterSmallExampleLastDuplicateWinsAndSelfIsUnchanged) {
+  const auto self = from_floats({0, 0, 0, 0, 0, 0}, {2, 3});
+  const auto index = from_ints({2, 2, 0, 1}, {2, 2});
+  const auto src = from_floats({1, 2, 3, 4}, {2, 2});
+  EXPECT_EQ(to_doubles(call("aten::scatter", {self, 1, index, src})), (std::vector<double>{0, 0, 2, 3, 4, 0}));
+  EXPECT_EQ(to_doubles(call("aten::scatter_add", {self, 1, index, src})), (std::vector<double>{0, 0, 3, 3, 4, 0}));
+  EXPECT_EQ(to_doubles(self), (std::vector<double>(6, 0)));
+  // An empty index skips the shape checks, as in PyTorch.
+  EXPECT_EQ(to_doubles(call("aten::scatter", {self, 0, from_ints({}, {0, 9}), src})), (std::vector<double>(6, 0)));
+}
+
+TEST(IndexOps, ScatterErrors) {
+  std::mt19937 rng(12);
+  const auto self = random_tensor(DType::kF32, {3, 4}, rng);
+  const auto src = random_tensor(DType::kF32, {2, 4}, rng);
+  const auto index = from_ints({1, 2, 0, 3}, {2, 2});
+  expect_errors({
+      {"aten::scatter", {self, 1, from_floats({0}, {1, 1}), src}, "scatter(): Expected dtype int32/int64 for index"},
+      {"aten::scatter", {self, 1, index, call("aten::to.dtype", {src, DType::kBF16})},
+       "scatter(): Expected self.dtype to be equal to src.dtype"},
+      {"aten::scatter", {self, 1, from_ints({1, 2}, {2}), src},
+       "Index tensor must have the same number of dimensions as self tensor"},
+      {"aten::scatter", {self, 1, from_ints({1, 2, 3, 0, 1}, {1, 5}), src},
+       "Expected index [1, 5] to be no larger than self [3, 4] apart from dimension 1 and to be no larger size "
+       "than src [2, 4]"},
+      {"aten::scatter", {self, 0, from_ints(std::vector<int64_t>(5, 0), {1, 5}), 2.0},
+       "Expected index [1, 5] to be no larger than self [3, 4] apart from dimension 0"},
+      {"aten::scatter", {self, 1, from_ints({4}, {1, 1}), src}, "index 4 is out of bounds for dimension 1 with size 4"},
+      {"aten::scatter_add", {self, 1, from_ints({-1}, {1, 1}), src},
+       "index -1 is out of bounds for dimension 1 with size 4"},
+  });
+}
+
 // ------------------------------------------------------------------- rules
 
 TEST(IndexOps, ShardingRules) {
@@ -436,6 +530,10 @@ TEST(IndexOps, ShardingRules) {
             "([i, k], [i, j])->([i, j]) {i=4, j=3, k=10} indexed={k}");
   EXPECT_EQ(run_op("aten::gather", {f32({4, 10}), 1, idx({2, 3}, 10)}).rule.to_string(),
             "([k, l], [i, j])->([i, j]) {i=2, j=3, k=4, l=10} need_replication={k} indexed={l}");
+  EXPECT_EQ(run_op("aten::scatter", {f32({4, 10}), 1, idx({4, 3}, 10), f32({4, 3})}).rule.to_string(),
+            "([i, j], [i, k], [i, k])->([i, j]) {i=4, j=10, k=3} need_replication={k} indexed={j}");
+  EXPECT_EQ(run_op("aten::scatter", {f32({4, 10}), 0, idx({2, 3}, 4), 0.5}).rule.to_string(),
+            "([i, j], [k, l])->([i, j]) {i=4, j=10, k=2, l=3} need_replication={j, k, l} indexed={i}");
 }
 
 }  // namespace

@@ -115,6 +115,20 @@ TEST(Execution, IntegerDivisionByAShardedDivisorWithPadding) {
   expect_same(text, runtime, {sf::randn({17, 5}, 4), sf::Tensor::from_ints(divisors, {17, 5})});
 }
 
+// scatter into shards of the written dim (uneven: 13 over 8): each device
+// writes the positions whose index falls in its shard; duplicates add up.
+TEST(Execution, ScatterIntoAShardedDim) {
+  sf::Runtime runtime = sf::Runtime::local(8);
+  std::vector<int64_t> index;
+  for (int64_t i = 0; i < 4 * 6; ++i) index.push_back((i * 7) % 13);
+  const std::string text = "func @f(%x: f32[4,13], %i: i64[4,6], %s: f32[4,6]) -> (f32[4,13], f32[4,13]) {\n"
+                           "  %a = " + annotate("x", "(None, 'x')", "f32[4,13]", kMesh8) + "\n"
+                           "  %w = aten::scatter.src(%a, 1, %i, %s) : f32[4,13]\n"
+                           "  %d = aten::scatter_add(%a, 1, %i, %s) : f32[4,13]\n"
+                           "  return %w, %d\n}\n";
+  expect_same(text, runtime, {sf::randn({4, 13}, 6), sf::Tensor::from_ints(index, {4, 6}), sf::randn({4, 6}, 7)});
+}
+
 TEST(Execution, MegatronMlp) {
   sf::Runtime runtime = sf::Runtime::local(8);
   const std::string mesh = R"M([0, 1, 2, 3, 4, 5, 6, 7], "(2, 4)", "('data', 'model')")M";

@@ -1,7 +1,7 @@
 """Ops shardflow has no kernel for, compiled through the backend's
 decompositions (shardflow.torch._decompositions and the few of PyTorch's it
-uses), and the rounding, division, bitwise and special functions it has
-kernels for: compiled == eager PyTorch, with the input sharded along each of
+uses), and the rounding, division, bitwise, scatter and special functions
+it has kernels for: compiled == eager PyTorch, with the input sharded along each of
 its dims on 4 devices (uneven sizes: 3, 5 and 6 over 4), and NaN and inf
 where the op treats them specially. Integer division by a sharded divisor
 checks that the shards' padding is not divided by."""
@@ -71,6 +71,10 @@ OPS = {
         F.cross_entropy(x.reshape(15, 6), _classes(x.reshape(15, 6), 6), weight=RISING, ignore_index=0),
         F.cross_entropy(x, _classes(x.transpose(1, 2), 5), reduction="sum", label_smoothing=0.1),
         F.cross_entropy(x[0, 0], _classes(x[0, 0], 6))]),
+    "scatter": lambda x: x.scatter(2, torch.topk(x, 3, -1).indices, torch.topk(x, 3, -1).values * 2)
+    + x.scatter(1, (x[:, :2].abs() * 10).long() % 5, -1.0)
+    + torch.zeros(3, 5, 6).scatter_add(2, (x.abs() * 10).long() % 6, x),
+    "top_p_filter": lambda x: _top_p(x.reshape(15, 6), 0.8),
     "nll_loss_none": lambda x: F.nll_loss(F.log_softmax(x, 1), _classes(x.transpose(1, 2), 5), reduction="none"),
     "isnan_isinf": lambda x: torch.isnan(x).float() + 2 * torch.isinf(x).float() + 4 * torch.isfinite(x).float(),
     "any_all": lambda x: torch.stack([(x > 1).any(-1), (x > -2).all(1).any(-1, keepdim=True).expand(3, 5),
@@ -118,6 +122,14 @@ INTEGER_OPS = {
     "shifts": lambda x: (x << 2) + (x >> 1) + (1 << x.abs()) + (256 >> x.abs()) + (x << x.abs() * 7),
     "prod": lambda x: torch.prod(x, 1) + torch.prod(x).expand(3, 6) + torch.prod(x.clamp(-2, 2), 1, keepdim=True)[:, 0],
 }
+
+
+def _top_p(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Hugging Face's nucleus filter: the smallest logits whose probabilities
+    add up to at most 1 - top_p are masked, put back in place by scatter."""
+    sorted_logits, sorted_indices = torch.sort(logits, descending=False)
+    remove = sorted_logits.softmax(dim=-1).cumsum(dim=-1) <= (1 - top_p)
+    return logits.masked_fill(remove.scatter(1, sorted_indices, remove), -math.inf)
 
 
 def _classes(logits: torch.Tensor, count: int) -> torch.Tensor:
