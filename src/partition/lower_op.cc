@@ -143,14 +143,19 @@ void Partitioner::mask_divisor_padding(const Node& node, const OpArgs& args, std
   }
 }
 
+Instruction Partitioner::rewriting(LocalValue& value, InstructionKind kind) {
+  Instruction step;
+  step.kind = kind;
+  step.inputs = {value.slot};
+  value.slot = builder_.new_slot(builder_.slot_type(value.slot));
+  step.outputs = {value.slot};
+  return step;
+}
+
 void Partitioner::mask_padding(LocalValue& operand, int dim, int64_t size, double fill) {
   const std::vector<int>& axes = operand.dims[static_cast<std::size_t>(dim)];
   if (size % builder_.axes_size(axes) == 0) return;
-  Instruction mask;
-  mask.kind = InstructionKind::kMaskPadding;
-  mask.inputs = {operand.slot};
-  operand.slot = builder_.new_slot(builder_.slot_type(operand.slot));
-  mask.outputs = {operand.slot};
+  Instruction mask = rewriting(operand, InstructionKind::kMaskPadding);
   mask.dim = dim;
   mask.global_size = size;
   mask.axes_before = axes;
@@ -183,11 +188,7 @@ Partitioner::ShardedIndex Partitioner::sharded_index(const Node& node, const OpS
 }
 
 void Partitioner::count_addend_once(LocalValue& addend, const std::vector<int>& partial_axes) {
-  Instruction once;
-  once.kind = InstructionKind::kCountOnce;
-  once.inputs = {addend.slot};
-  addend.slot = builder_.new_slot(builder_.slot_type(addend.slot));
-  once.outputs = {addend.slot};
+  Instruction once = rewriting(addend, InstructionKind::kCountOnce);
   once.axes_before = partial_axes;
   std::sort(once.axes_before.begin(), once.axes_before.end());
   builder_.emit(std::move(once));

@@ -232,6 +232,9 @@ class Partitioner {
   // Overwrites the padding of `operand`'s dim (of global `size`) with
   // `fill`, where its shards are padded.
   void mask_padding(LocalValue& operand, int dim, int64_t size, double fill);
+  // An instruction of `kind` from `value`'s slot to a new slot of the same
+  // type, which `value` then names (the caller sets the kind's fields).
+  Instruction rewriting(LocalValue& value, InstructionKind kind);
 
   // A lookup (or write) in the shards of an indexed dim: each device gives
   // the rows its shard holds and zeros for the others (writes the rows it

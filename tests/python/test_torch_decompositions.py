@@ -146,20 +146,21 @@ def sample(name: str) -> torch.Tensor:
     return x
 
 
-@pytest.mark.parametrize("spec", [(0, None, None), (None, 0, None), (None, None, 0)])
-@pytest.mark.parametrize("name", sorted(OPS))
-def test_decomposed_op_matches_eager_on_a_sharded_input(spmd, name, spec):
-    spmd(4)
-    op = OPS[name]
-
+def eager_and_compiled(op, x: torch.Tensor, spec) -> tuple[torch.Tensor, torch.Tensor]:
+    """op(x) eagerly, and compiled with x sharded by `spec` on 4 devices."""
     def f(x):
         xs.mark_sharding(x, xs.Mesh(torch.arange(4), (4,)), spec)
         return op(x)
 
-    x = sample(name)
     with torch.no_grad():
-        expected = op(x)
-        got = torch.compile(f, backend="shardflow", dynamic=False)(x)
+        return op(x), torch.compile(f, backend="shardflow", dynamic=False)(x)
+
+
+@pytest.mark.parametrize("spec", [(0, None, None), (None, 0, None), (None, None, 0)])
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_decomposed_op_matches_eager_on_a_sharded_input(spmd, name, spec):
+    spmd(4)
+    expected, got = eager_and_compiled(OPS[name], sample(name), spec)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5, equal_nan=True)
 
 
@@ -167,17 +168,10 @@ def test_decomposed_op_matches_eager_on_a_sharded_input(spmd, name, spec):
 @pytest.mark.parametrize("name", sorted(INTEGER_OPS))
 def test_integer_op_matches_eager_on_a_sharded_input(spmd, name, spec):
     spmd(4)
-    op = INTEGER_OPS[name]
-
-    def f(x):
-        xs.mark_sharding(x, xs.Mesh(torch.arange(4), (4,)), spec)
-        return op(x)
-
     generator = torch.Generator().manual_seed(len(name))
     magnitude = torch.randint(1, 10, (3, 5, 6), generator=generator)
     x = torch.where(torch.rand(3, 5, 6, generator=generator) < 0.5, -magnitude, magnitude)
-    expected = op(x)
-    got = torch.compile(f, backend="shardflow", dynamic=False)(x)
+    expected, got = eager_and_compiled(INTEGER_OPS[name], x, spec)
     assert got.dtype == expected.dtype
     torch.testing.assert_close(got, expected, rtol=1e-6, atol=0)
 
