@@ -75,6 +75,11 @@ OPS = {
     + x.scatter(1, (x[:, :2].abs() * 10).long() % 5, -1.0)
     + torch.zeros(3, 5, 6).scatter_add(2, (x.abs() * 10).long() % 6, x),
     "top_p_filter": lambda x: _top_p(x.reshape(15, 6), 0.8),
+    "index_rows_and_columns": lambda x: (x[torch.arange(3), _classes(x[:, 0], 5)],
+                                         x[:, torch.tensor([[0], [-1]]), torch.tensor([1, 4, -2, 0])]),
+    "index_apart": lambda x: (x[torch.tensor([2, 0, -1]), :, torch.tensor([[5], [0]])],
+                              x[torch.tensor(1), :, torch.tensor([3, 4])]),
+    "last_token_logits": lambda x: x[torch.arange(3), (x[:, 0, 0].abs() * 10).long() % 5],
     "nll_loss_none": lambda x: F.nll_loss(F.log_softmax(x, 1), _classes(x.transpose(1, 2), 5), reduction="none"),
     "isnan_isinf": lambda x: torch.isnan(x).float() + 2 * torch.isinf(x).float() + 4 * torch.isfinite(x).float(),
     "any_all": lambda x: torch.stack([(x > 1).any(-1), (x > -2).all(1).any(-1, keepdim=True).expand(3, 5),

@@ -291,9 +291,17 @@ def test_writes_that_are_not_supported_name_the_line(spmd):
         cache[cache > 0] = 1.0
         return x
 
-    with pytest.raises(Exception, match=r"one integer index tensor \(at .*test_torch_state.py.*boolean masks"):
+    with pytest.raises(Exception, match=r"integer index tensors \(at .*test_torch_state.py.*boolean masks"):
         with torch.no_grad():
             torch.compile(masked, backend="shardflow")(torch.randn(3, 4), torch.randn(3))
+
+    def two_index_tensors(cache, x):
+        cache[torch.tensor([0, 2]), torch.tensor([1, 3])] = x
+        return x
+
+    with pytest.raises(Exception, match=r"with one index tensor; this has 2 \(at .*test_torch_state.py"):
+        with torch.no_grad():
+            torch.compile(two_index_tensors, backend="shardflow")(torch.randn(3, 4), torch.randn(2))
 
 
 def test_the_decode_graph_writes_each_cache_in_place(spmd):

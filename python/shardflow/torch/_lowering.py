@@ -790,33 +790,90 @@ def _wrapped_positions(lowering: Lowering, node: torch.fx.Node, index: torch.fx.
     return lowering.wrapped_positions[(index, size)]
 
 
+def _index_tensors(node: torch.fx.Node, indices: list, what: str) -> list[tuple[int, torch.fx.Node]]:
+    """(dim, node) of each integer index tensor in `indices` (None elsewhere), or an error."""
+    given = [(d, i) for d, i in enumerate(indices) if i is not None]
+    for _, index in given:
+        value = index.meta.get("val") if isinstance(index, torch.fx.Node) else None
+        if not isinstance(value, torch.Tensor) or value.dtype not in (torch.int64, torch.int32):
+            raise LoweringError(
+                f"{node.format_node()}: shardflow {what} with integer index tensors (at {source_line(node)}); "
+                "boolean masks are not supported (their result's shape depends on the data)")
+    return given
+
+
 def _one_index_tensor(node: torch.fx.Node, indices: list, what: str) -> tuple[int, torch.fx.Node]:
     """The dim and node of the one integer index tensor in `indices` (None elsewhere), or an error."""
-    given = [(d, i) for d, i in enumerate(indices) if i is not None]
-    value = given[0][1].meta.get("val") if len(given) == 1 and isinstance(given[0][1], torch.fx.Node) else None
-    if not isinstance(value, torch.Tensor) or value.dtype not in (torch.int64, torch.int32):
-        raise LoweringError(
-            f"{node.format_node()}: shardflow {what} with one integer index tensor (at {source_line(node)}); "
-            "boolean masks (their result's shape depends on the data) and several index tensors are not supported")
+    given = _index_tensors(node, indices, what)
+    if len(given) != 1:
+        raise LoweringError(f"{node.format_node()}: shardflow {what} with one index tensor; this has {len(given)} "
+                            f"(at {source_line(node)})")
     return given[0]
 
 
 def _index(lowering: Lowering, node: torch.fx.Node) -> Ref:
-    """t[..., idx] with one integer index tensor of any shape: index_select of the
-    flattened positions, reshaped to t's dims with idx's shape in place of the dim."""
+    """t[..., idx] with integer index tensors: index_select of flattened
+    positions, reshaped to the result. Several index tensors (t[rows, cols])
+    broadcast together and index the dims they stand for merged into one, at
+    linear positions; as in PyTorch, their broadcast dims replace the indexed
+    dims where those are adjacent, and lead the result where they are not."""
     self_node, indices = node.args[:2]
-    dim, index = _one_index_tensor(node, indices, "reads t[..., idx]")
-    size = self_node.meta["val"].shape[dim]
-    positions = _wrapped_positions(lowering, node, index, size)
-    out_shape = list(node.meta["val"].shape)
-    flat = list(self_node.meta["val"].shape)
-    flat[dim] = index.meta["val"].numel()
+    given = _index_tensors(node, indices, "reads t[..., idx]")
+    shape = list(self_node.meta["val"].shape)
+    dims = [d for d, _ in given]
     dtype = DTYPES[node.meta["val"].dtype]
+    source = lowering.values[self_node]
+    if len(given) == 1:
+        positions = _wrapped_positions(lowering, node, given[0][1], shape[dims[0]])
+        count = given[0][1].meta["val"].numel()
+    else:
+        positions, count = _linear_positions(lowering, node, given, shape)
+        if dims != list(range(dims[0], dims[0] + len(dims))):  # apart: move them to the front
+            order = dims + [d for d in range(len(shape)) if d not in dims]
+            shape = [shape[d] for d in order]
+            source = lowering.emit_op(node, "aten::permute", [source, order], type_text=_tensor_type(dtype, shape),
+                                      hint="indexed_first")
+            dims = list(range(len(dims)))
+        merged = shape[:dims[0]] + [math.prod(shape[d] for d in dims)] + shape[dims[-1] + 1:]
+        source = lowering.emit_op(node, "aten::reshape", [source, merged], type_text=_tensor_type(dtype, merged),
+                                  hint="indexed_merged")
+        shape = merged
+    dim = dims[0]
+    out_shape = list(node.meta["val"].shape)
+    flat = shape[:dim] + [count] + shape[dim + 1:]
     if flat == out_shape:
-        return lowering.emit_op(node, "aten::index_select", [lowering.values[self_node], dim, positions])
-    selected = lowering.emit_op(node, "aten::index_select", [lowering.values[self_node], dim, positions],
+        return lowering.emit_op(node, "aten::index_select", [source, dim, positions])
+    selected = lowering.emit_op(node, "aten::index_select", [source, dim, positions],
                                 type_text=_tensor_type(dtype, flat), hint="selected")
     return lowering.emit_op(node, "aten::reshape", [selected, out_shape])
+
+
+def _linear_positions(lowering: Lowering, node: torch.fx.Node, given: list[tuple[int, torch.fx.Node]],
+                      shape: list[int]) -> tuple[Ref, int]:
+    """Index tensors for dims d1 < d2 < ... broadcast together, as positions in
+    those dims merged row-major: sum of each wrapped index times the product
+    of the later indexed dims' sizes. Returns them flattened, and their count."""
+    broadcast = list(torch.broadcast_shapes(*(index.meta["val"].shape for _, index in given)))
+    count = math.prod(broadcast)
+    linear = None
+    stride = 1
+    for d, index in reversed(given):
+        wrapped = _wrapped_positions(lowering, node, index, shape[d])
+        own = [1] * (len(broadcast) - index.meta["val"].dim()) + list(index.meta["val"].shape)
+        term = lowering.emit_op(node, "aten::reshape", [wrapped, own], type_text=_tensor_type("i64", own),
+                                hint="positions")
+        if stride != 1:
+            term = lowering.emit_op(node, "aten::mul.Scalar", [term, stride], type_text=_tensor_type("i64", own),
+                                    hint="positions")
+        if linear is None:
+            linear = lowering.emit_op(node, "aten::expand", [term, broadcast],
+                                      type_text=_tensor_type("i64", broadcast), hint="positions")
+        else:
+            linear = lowering.emit_op(node, "aten::add.Tensor", [linear, term],
+                                      type_text=_tensor_type("i64", broadcast), hint="positions")
+        stride *= shape[d]
+    flat = lowering.emit_op(node, "aten::reshape", [linear, [count]], type_text=f"i64[{count}]", hint="positions")
+    return flat, count
 
 
 def _index_put(lowering: Lowering, node: torch.fx.Node) -> Ref:
