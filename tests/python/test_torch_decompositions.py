@@ -80,6 +80,7 @@ OPS = {
     "index_apart": lambda x: (x[torch.tensor([2, 0, -1]), :, torch.tensor([[5], [0]])],
                               x[torch.tensor(1), :, torch.tensor([3, 4])]),
     "last_token_logits": lambda x: x[torch.arange(3), (x[:, 0, 0].abs() * 10).long() % 5],
+    "one_hot": lambda x: F.one_hot(_classes(x, 4), 4) * x[..., :4],
     "nll_loss_none": lambda x: F.nll_loss(F.log_softmax(x, 1), _classes(x.transpose(1, 2), 5), reduction="none"),
     "isnan_isinf": lambda x: torch.isnan(x).float() + 2 * torch.isinf(x).float() + 4 * torch.isfinite(x).float(),
     "any_all": lambda x: torch.stack([(x > 1).any(-1), (x > -2).all(1).any(-1, keepdim=True).expand(3, 5),
@@ -193,6 +194,25 @@ def test_integer_division_by_zero_is_pytorchs_error(spmd):
         x // y
     with pytest.raises(Exception, match="ZeroDivisionError"):
         torch.compile(f, backend="shardflow")(x, y)
+
+
+def test_one_hots_class_checks_raise_pytorchs_errors_after_the_run(spmd):
+    spmd(4)
+
+    def f(x, classes):
+        xs.mark_sharding(x, xs.Mesh(torch.arange(4), (4,)), (0, None))
+        return F.one_hot(classes, 6) * x
+
+    compiled = torch.compile(f, backend="shardflow", dynamic=False)
+    x = torch.randn(5, 6)
+    good = torch.tensor([0, 5, 2, 3, 1])
+    torch.testing.assert_close(compiled(x, good), f(x, good))
+    for classes, message in ((torch.tensor([0, 6, 2, 3, 1]), "Class values must be smaller than num_classes"),
+                             (torch.tensor([0, 1, -1, 3, 1]), "Class values must be non-negative")):
+        with pytest.raises(RuntimeError, match=message):
+            f(x, classes)
+        with pytest.raises(RuntimeError, match=message + r".*test_torch_decompositions.py"):
+            compiled(x, classes)
 
 
 def test_the_table_holds_only_ops_shardflow_lacks():

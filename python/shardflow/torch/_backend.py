@@ -101,6 +101,7 @@ class Prepared:
     num_user_outputs: int  # the function's outputs; the written inputs' outputs follow
     mutations: list[_mutation.Mutation]  # the inputs the graph writes in place
     donate: list[int]  # written inputs laid out as shards: their shards move into the run
+    assertions: list[str]  # the messages of the last outputs, conditions that must hold
     # Inputs that came unmarked and are kept laid out as propagation chose
     # (see _adoptable): (position, that layout, written in place).
     adopt: list[tuple[int, sf.Sharding, bool]] = field(default_factory=list)
@@ -148,7 +149,7 @@ class CompiledGraph:
         donate = [m.input_index for m in lowering.mutations if m.state_output is not None]
         executable = sf.Executable(graph, layouts + [None] * len(constant_inputs))
         return Prepared(lowering.ir, executable, constant_inputs, lowering.num_user_outputs, lowering.mutations,
-                        donate)
+                        donate, [message for _, message in lowering.assertions])
 
     def __call__(self, args: list[Any]) -> list[torch.Tensor]:
         profile = active_profile
@@ -203,7 +204,18 @@ class CompiledGraph:
                 _state.keep_written_in_place(tensor, new_value, sharding)
             else:
                 _state.set_sharded(tensor, new_value, sharding)
+        # After the writes, as PyTorch's asynchronous assertion comes after
+        # the work queued before it.
+        _check_assertions(prepared.assertions, outputs)
         return results
+
+
+def _check_assertions(messages: list[str], outputs: list[sf.Tensor]) -> None:
+    """The graph's _assert_async conditions (its last outputs): PyTorch's
+    RuntimeError with the message of the first that does not hold."""
+    for message, condition in zip(messages, outputs[len(outputs) - len(messages):]):
+        if not torch.from_dlpack(condition.__dlpack__()).item():
+            raise RuntimeError(message)
 
 
 def _layout_key(shardings: list[sf.Sharding | None]) -> tuple:

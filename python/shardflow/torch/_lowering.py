@@ -199,6 +199,9 @@ class Lowering:
     absorbed: set[torch.fx.Node] = field(default_factory=set)  # their inner nodes
     mutations: list[_mutation.Mutation] = field(default_factory=list)  # inputs the graph writes, in output order
     num_user_outputs: int = 0  # the function's own outputs come first; the mutations' after
+    # _assert_async's conditions, the last outputs, with the message each
+    # raises when false (checked by the caller after the run).
+    assertions: list[tuple[Ref, str]] = field(default_factory=list)
     ir: str = ""  # the IR text, once run
     # (index node, dim size) -> its positions wrapped into [0, size): every
     # layer's cache write at the same input_pos shares one.
@@ -250,6 +253,7 @@ class Lowering:
                 self.num_user_outputs = len(outputs)
                 for mutation in self.mutations:
                     self._mutation_outputs(mutation, placeholders, outputs)
+                outputs.extend((condition, "bool[]") for condition, _ in self.assertions)
         header = (f"func @{name}({', '.join(params)}) -> ({', '.join(t for _, t in outputs)}) {{")
         footer = f"  return {', '.join(r.name for r, _ in outputs)}\n}}\n"
         return "\n".join([header, *self.emit.text([r for r, _ in outputs]), footer])
@@ -613,6 +617,25 @@ def _number_first(op: str) -> Callable[[Lowering, torch.fx.Node], Ref]:
     return lower
 
 
+def _assertion(lowering: Lowering, node: torch.fx.Node) -> None:
+    """_assert_async(condition, message) (one_hot's class checks): the
+    condition becomes one more output, checked after the run. A condition of
+    one element of any dtype, true when nonzero, as in PyTorch."""
+    condition = node.args[0]
+    message = node.args[1] if len(node.args) > 1 else "Expected Tensor with single nonzero value, but got zero"
+    value = condition.meta["val"]
+    if value.numel() != 1:
+        raise LoweringError(f"_assert_async on a tensor of {value.numel()} elements (at {source_line(node)}): "
+                            "Assertion is expected to be on a Tensor with exactly one element")
+    truth = lowering.values[condition]
+    if value.dtype != torch.bool:
+        truth = lowering.emit_op(node, "aten::ne.Scalar", [truth, 0], type_text=_tensor_type("bool", value.shape),
+                                 hint="assertion")
+    if value.dim() != 0:
+        truth = lowering.emit_op(node, "aten::reshape", [truth, []], type_text="bool[]", hint="assertion")
+    lowering.assertions.append((truth, f"{message} (at {source_line(node)})"))
+
+
 def _reciprocal(lowering: Lowering, node: torch.fx.Node) -> Ref:
     return lowering.emit_op(node, "aten::pow.Tensor_Scalar", [lowering.values[node.args[0]], -1.0])
 
@@ -942,6 +965,8 @@ REWRITES: dict[Any, Callable[[Lowering, torch.fx.Node], Any]] = {
     torch.ops.aten._softmax.default: _softmax_as("aten::softmax.int"),
     torch.ops.aten.pow.Scalar: _pow_scalar_base,
     torch.ops.aten.reciprocal.default: _reciprocal,
+    torch.ops.aten._assert_async.msg: _assertion,
+    torch.ops.aten._assert_async.default: _assertion,
     torch.ops.aten.floor_divide.default: _number_first("aten::floor_divide"),
     torch.ops.aten.remainder.Scalar_Tensor: _number_first("aten::remainder.Tensor"),
     torch.ops.aten.bitwise_and.Scalar_Tensor: _number_first("aten::bitwise_and.Tensor"),
