@@ -947,6 +947,7 @@ REWRITES: dict[Any, Callable[[Lowering, torch.fx.Node], Any]] = {
     torch.ops.aten.select_scatter.default: _select_scatter,
     torch.ops.aten.index_put.default: _index_put,
     torch.ops.aten.index.Tensor: _index,
+    torch.ops.aten._unsafe_index.Tensor: _index,  # index without bounds checks (interpolate's); shardflow checks
     torch.ops.aten.copy.default: _copy,
     torch.ops.aten.t.default: _t,
     torch.ops.aten.mm.default: _matmul,
