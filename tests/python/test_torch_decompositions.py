@@ -1,7 +1,7 @@
 """Ops shardflow has no kernel for, compiled through the backend's
 decompositions (shardflow.torch._decompositions and the few of PyTorch's it
-uses), and the rounding, division, bitwise, scatter and special functions
-it has kernels for: compiled == eager PyTorch, with the input sharded along each of
+uses: convolutions and pooling among them), and the rounding, division,
+bitwise, scatter and special functions it has kernels for: compiled == eager PyTorch, with the input sharded along each of
 its dims on 4 devices (uneven sizes: 3, 5 and 6 over 4), and NaN and inf
 where the op treats them specially. Integer division by a sharded divisor
 checks that the shards' padding is not divided by."""
@@ -20,6 +20,7 @@ import shardflow.torch.spmd as xs
 from shardflow.torch import _decompositions, _lowering
 
 RISING, FALLING = torch.linspace(0.5, 2, 6), torch.linspace(1, -1, 6)
+FILTERS_2D, FILTERS_1D = torch.linspace(-1, 1, 4 * 3 * 3 * 2).reshape(4, 3, 3, 2), torch.linspace(1, -1, 20).reshape(4, 5, 1)
 
 # name -> f(x) for x [3, 5, 6], each using the op the name says.
 OPS = {
@@ -84,6 +85,13 @@ OPS = {
                               F.interpolate(x[None], size=(7, 4), mode="bilinear", align_corners=False),
                               F.interpolate(x, scale_factor=1.5, mode="linear", align_corners=True),
                               F.interpolate(x[None], scale_factor=2, mode="bicubic")),
+    "conv2d": lambda x: (F.conv2d(x[None], FILTERS_2D, RISING[:4], padding=1),
+                         F.conv2d(x[None], FILTERS_2D[:3, :1], stride=(2, 1), dilation=(1, 2),
+                                  groups=3)),
+    "conv1d": lambda x: (F.conv1d(x, FILTERS_1D.expand(4, 5, 3), padding="same"),
+                         F.conv1d(F.pad(x, (2, 0)), FILTERS_1D[0].reshape(5, 1, 1).expand(5, 1, 3), groups=5)),
+    "pooling": lambda x: (F.avg_pool2d(x, 3, 2, 1, count_include_pad=False), F.max_pool2d(x, 2, return_indices=True),
+                          F.max_pool2d(x, 3, 1, 1, dilation=2), F.avg_pool1d(x, 2), F.adaptive_avg_pool2d(x, (2, 4))),
     "one_hot": lambda x: F.one_hot(_classes(x, 4), 4) * x[..., :4],
     "nll_loss_none": lambda x: F.nll_loss(F.log_softmax(x, 1), _classes(x.transpose(1, 2), 5), reduction="none"),
     "isnan_isinf": lambda x: torch.isnan(x).float() + 2 * torch.isinf(x).float() + 4 * torch.isfinite(x).float(),

@@ -417,6 +417,123 @@ def _nll_loss(x, target, weight, reduction, ignore_index):
     return aten.sum.default(losses) / total, total
 
 
+# Convolution (1-, 2- or 3-D, strided, dilated, padded, grouped; not
+# transposed) as patches and a matmul: index tensors pick every window of
+# the padded input ([N, C, *out, *kernel]), and each group's patches times
+# its filters give the output channels.
+def _windows(x: torch.Tensor, kernel: list[int], stride: list[int], dilation: list[int]) -> torch.Tensor:
+    """x [..., *spatial] (the last len(kernel) dims) -> [..., *out, *kernel]:
+    element (o, i) of spatial dim k is x at o * stride + i * dilation."""
+    spatial = len(kernel)
+    lead = x.dim() - spatial
+    out = [(x.shape[lead + k] - dilation[k] * (kernel[k] - 1) - 1) // stride[k] + 1 for k in range(spatial)]
+    indices = []
+    for k in range(spatial):
+        at = (aten.arange.default(out[k], dtype=torch.int64) * stride[k])[:, None] \
+            + aten.arange.default(kernel[k], dtype=torch.int64)[None, :] * dilation[k]
+        shape = [1] * (2 * spatial)
+        shape[k], shape[spatial + k] = out[k], kernel[k]
+        indices.append(aten.reshape.default(at, shape))
+    return aten.index.Tensor(x, [None] * lead + indices)
+
+
+@_decomposes(aten.convolution.default)
+def _convolution(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    if transposed:
+        return NotImplemented
+    spatial = weight.dim() - 2
+    kernel = list(weight.shape[2:])
+    pads = [p for k in reversed(range(spatial)) for p in (padding[k], padding[k])]
+    if any(pads):
+        x = aten.constant_pad_nd.default(x, pads, 0.0)
+    patches = _windows(x, kernel, list(stride), list(dilation))  # [N, C, *out, *kernel]
+    batch, channels, out = x.shape[0], x.shape[1], list(patches.shape[2:2 + spatial])
+    per_group, filters = channels // groups, weight.shape[0]
+    positions, taps = math.prod(out), per_group * math.prod(kernel)
+    # [N, G, Cg, *out, *kernel] -> [N, G, *out, Cg, *kernel] -> [N, G, P, Cg*K]
+    grouped = aten.reshape.default(patches, [batch, groups, per_group, *out, *kernel])
+    order = [0, 1, *range(3, 3 + spatial), 2, *range(3 + spatial, 3 + 2 * spatial)]
+    rows = aten.reshape.default(aten.permute.default(grouped, order), [batch, groups, positions, taps])
+    columns = aten.permute.default(aten.reshape.default(weight, [groups, filters // groups, taps]), [0, 2, 1])
+    y = aten.matmul.default(rows, columns)  # [N, G, P, O/G]
+    y = aten.reshape.default(aten.permute.default(y, [0, 1, 3, 2]), [batch, filters, *out])
+    if bias is not None:
+        y = y + aten.reshape.default(bias, [1, filters] + [1] * spatial)
+    return y
+
+
+# Pooling over the last two dims, as windows (see _windows) reduced.
+def _pairs(value, default=None) -> list[int]:
+    """A pooling argument as [height, width]: one int for both, or default when empty."""
+    if isinstance(value, int):
+        return [value, value]
+    value = list(value)
+    if not value:
+        return list(default)
+    return value * 2 if len(value) == 1 else value
+
+
+def _padded_last_two(x: torch.Tensor, padding: list[int], value: float) -> torch.Tensor:
+    if not any(padding):
+        return x
+    return aten.constant_pad_nd.default(x, [padding[1], padding[1], padding[0], padding[0]], value)
+
+
+@_decomposes(aten.avg_pool2d.default)
+def _avg_pool2d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
+                divisor_override=None):
+    if ceil_mode:
+        return NotImplemented
+    kernel, padding = _pairs(kernel_size), _pairs(padding)
+    stride = _pairs(stride, kernel)
+    sums = aten.sum.dim_IntList(_windows(_padded_last_two(x, padding, 0.0), kernel, stride, [1, 1]), [-2, -1])
+    if divisor_override is not None:
+        return sums / divisor_override
+    if count_include_pad or not any(padding):
+        return sums / (kernel[0] * kernel[1])
+    # The windows' elements inside the input: windows of a padded ones.
+    ones = aten.full.default(list(x.shape[-2:]), 1.0, dtype=x.dtype)
+    counts = aten.sum.dim_IntList(_windows(_padded_last_two(ones, padding, 0.0), kernel, stride, [1, 1]), [-2, -1])
+    return sums / counts
+
+
+@_decomposes(aten.max_pool2d_with_indices.default)
+def _max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    if ceil_mode:
+        return NotImplemented
+    kernel, padding, dilation = _pairs(kernel_size), _pairs(padding), _pairs(dilation)
+    stride = _pairs(stride, kernel)
+    height, width = x.shape[-2:]
+    windows = _windows(_padded_last_two(x, padding, -math.inf), kernel, stride, dilation)
+    flat = aten.reshape.default(windows, [*windows.shape[:-2], kernel[0] * kernel[1]])
+    values = aten.amax.default(flat, [-1])
+    # Indices into each input plane (h * width + w), as PyTorch's: the
+    # flat positions, windowed alike, picked where the maximum is.
+    positions = aten.reshape.default(aten.arange.default(height * width, dtype=torch.int64), [height, width])
+    position_windows = _windows(_padded_last_two(positions, padding, -1), kernel, stride, dilation)
+    position_flat = aten.reshape.default(position_windows, [*position_windows.shape[:-2], kernel[0] * kernel[1]])
+    chosen = aten.argmax.default(flat, -1, True)
+    indices = aten.gather.default(aten.expand.default(position_flat, list(flat.shape)), -1, chosen)
+    return values, aten.squeeze.dim(indices, -1)
+
+
+def _adaptive_weights(size: int, out: int, dtype: torch.dtype) -> torch.Tensor:
+    """[out, size]: row o averages window [floor(o * size / out), ceil((o + 1) * size / out))."""
+    o = aten.arange.default(out, dtype=torch.int64)
+    start = aten.unsqueeze.default((o * size) // out, 1)
+    end = aten.unsqueeze.default(((o + 1) * size + out - 1) // out, 1)
+    i = aten.unsqueeze.default(aten.arange.default(size, dtype=torch.int64), 0)
+    inside = aten.bitwise_and.Tensor(i >= start, i < end)
+    return inside.to(dtype) / (end - start).to(dtype)
+
+
+@_decomposes(aten._adaptive_avg_pool2d.default)
+def _adaptive_avg_pool2d(x, output_size):
+    rows = _adaptive_weights(x.shape[-2], output_size[0], x.dtype)  # [OH, H]
+    columns = _adaptive_weights(x.shape[-1], output_size[1], x.dtype)  # [OW, W]
+    return aten.matmul.default(aten.matmul.default(rows, x), aten.permute.default(columns, [1, 0]))
+
+
 @_decomposes(aten.new_full.default)
 def _new_full(x, size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None):
     return aten.full.default(list(size), fill_value, dtype=x.dtype if dtype is None else dtype)
