@@ -92,6 +92,13 @@ OPS = {
                          F.conv1d(F.pad(x, (2, 0)), FILTERS_1D[0].reshape(5, 1, 1).expand(5, 1, 3), groups=5)),
     "pooling": lambda x: (F.avg_pool2d(x, 3, 2, 1, count_include_pad=False), F.max_pool2d(x, 2, return_indices=True),
                           F.max_pool2d(x, 3, 1, 1, dilation=2), F.avg_pool1d(x, 2), F.adaptive_avg_pool2d(x, (2, 4))),
+    "index_put": lambda x: (_put(x, (torch.tensor([0, 2, -1]), torch.tensor([1, 4, 0])), x[:3, 0, :1] * 3),
+                            _put(x, (slice(None), torch.tensor([[0], [3]]), torch.tensor([1, 5])), -1.0),
+                            _put(x, (torch.tensor([0, 2]), slice(None), torch.tensor([5, 1])), x[:2, :, 0] * 10),
+                            _put(x, (torch.tensor([[1, 2]]),), 3.0),
+                            torch.index_put(x, (torch.tensor([1, 1, 0, 2]),), x[:1].expand(4, 5, 6), accumulate=True),
+                            torch.index_put(x, (torch.tensor([0, 0]), torch.tensor([1, 1])), x[0, 0], accumulate=True),
+                            x.index_add(1, torch.tensor([4, 0, 4]), x[:, :3] * 2, alpha=0.5)),
     "one_hot": lambda x: F.one_hot(_classes(x, 4), 4) * x[..., :4],
     "nll_loss_none": lambda x: F.nll_loss(F.log_softmax(x, 1), _classes(x.transpose(1, 2), 5), reduction="none"),
     "isnan_isinf": lambda x: torch.isnan(x).float() + 2 * torch.isinf(x).float() + 4 * torch.isfinite(x).float(),
@@ -140,6 +147,13 @@ INTEGER_OPS = {
     "shifts": lambda x: (x << 2) + (x >> 1) + (1 << x.abs()) + (256 >> x.abs()) + (x << x.abs() * 7),
     "prod": lambda x: torch.prod(x, 1) + torch.prod(x).expand(3, 6) + torch.prod(x.clamp(-2, 2), 1, keepdim=True)[:, 0],
 }
+
+
+def _put(x: torch.Tensor, where: tuple, values) -> torch.Tensor:
+    """A copy of x with x[where] = values."""
+    y = x * 1
+    y[where] = values
+    return y
 
 
 def _top_p(logits: torch.Tensor, top_p: float) -> torch.Tensor:

@@ -295,13 +295,37 @@ def test_writes_that_are_not_supported_name_the_line(spmd):
         with torch.no_grad():
             torch.compile(masked, backend="shardflow")(torch.randn(3, 4), torch.randn(3))
 
-    def two_index_tensors(cache, x):
+    def values_of_the_wrong_shape(cache, x):
         cache[torch.tensor([0, 2]), torch.tensor([1, 3])] = x
         return x
 
-    with pytest.raises(Exception, match=r"with one index tensor; this has 2 \(at .*test_torch_state.py"):
+    with pytest.raises(Exception, match=r"shape mismatch: value tensor of shape \[3\] cannot be broadcast to "
+                                        r"indexing result of shape \[2, 5\] \(at .*test_torch_state.py"):
         with torch.no_grad():
-            torch.compile(two_index_tensors, backend="shardflow")(torch.randn(3, 4), torch.randn(2))
+            torch.compile(values_of_the_wrong_shape, backend="shardflow")(torch.randn(3, 4, 5), torch.randn(3))
+
+
+@pytest.mark.parametrize("marked", [False, True])
+def test_writes_through_several_index_tensors_and_accumulating_writes_update_the_input(spmd, marked):
+    spmd(4)
+
+    def write(cache, values, rows, columns):
+        cache[rows, :, columns] = values
+        cache.index_put_((rows,), torch.ones(5, 6), accumulate=True)  # rows may repeat: both add
+        return cache.sum()
+
+    cache, reference = torch.zeros(4, 5, 6), torch.zeros(4, 5, 6)
+    if marked:
+        xs.mark_sharding(cache, xs.Mesh(torch.arange(4), (4,)), (None, 0, None))
+    compiled = torch.compile(write, backend="shardflow", dynamic=False)
+    for step in range(3):
+        rows, columns = torch.tensor([step, 3, step]), torch.tensor([1, step + 2, 1])
+        values = torch.arange(15.0).reshape(3, 5) + step
+        with torch.no_grad():
+            got = compiled(cache, values, rows, columns)
+            expected = write(reference, values, rows, columns)
+        torch.testing.assert_close(got, expected)
+        torch.testing.assert_close(cache, reference)
 
 
 def test_the_decode_graph_writes_each_cache_in_place(spmd):

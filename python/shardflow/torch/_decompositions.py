@@ -27,7 +27,7 @@ DECOMPOSITIONS: dict[torch._ops.OpOverload, Callable] = {}
 
 # The few ops whose PyTorch decompositions produce ops shardflow has.
 TORCH_DECOMPOSED = [aten.addcmul.default, aten.leaky_relu.default, aten.glu.default, aten.linalg_vector_norm.default,
-                    aten.repeat.default]
+                    aten.repeat.default, aten.index_add.default]
 
 
 def table() -> dict[torch._ops.OpOverload, Callable]:

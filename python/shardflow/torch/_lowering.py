@@ -900,18 +900,18 @@ def _linear_positions(lowering: Lowering, node: torch.fx.Node, given: list[tuple
 
 
 def _index_put(lowering: Lowering, node: torch.fx.Node) -> Ref:
-    """t[:, ..., idx] = values with one 1-D integer index tensor (a cache
-    written at tensor positions): an index_copy of the values broadcast to
-    the rows. Negative positions count from the end, as in PyTorch."""
+    """t[..., idx] = values (index_put). With one 1-D integer index tensor (a
+    cache written at tensor positions): an index_copy of the values broadcast
+    to the rows. Otherwise (several index tensors, an index of any shape,
+    accumulate=True) at linear positions in the indexed dims merged into one,
+    as _index reads them: index_copy, or scatter_add to accumulate (which
+    adds duplicates, as PyTorch does). Negative positions count from the end."""
     self_node, indices, values = node.args[:3]
     accumulate = node.args[3] if len(node.args) > 3 else node.kwargs.get("accumulate", False)
-    if accumulate:
-        raise LoweringError(f"{node.format_node()}: index_put_(..., accumulate=True) is not supported "
-                            f"(at {source_line(node)})")
-    dim, index = _one_index_tensor(node, indices, "writes t[..., idx] = v")
-    if index.meta["val"].dim() != 1:
-        raise LoweringError(f"{node.format_node()}: shardflow writes t[..., idx] = v with a 1-D index tensor; this "
-                            f"one is {index.meta['val'].dim()}-D (at {source_line(node)})")
+    given = _index_tensors(node, indices, "writes t[..., idx] = v")
+    if len(given) != 1 or given[0][1].meta["val"].dim() != 1 or accumulate:
+        return _put_at_positions(lowering, node, given, accumulate)
+    dim, index = given[0]
     shape = list(self_node.meta["val"].shape)
     count = index.meta["val"].shape[0]
     positions = _wrapped_positions(lowering, node, index, shape[dim])
@@ -926,6 +926,66 @@ def _index_put(lowering: Lowering, node: torch.fx.Node) -> Ref:
         source = lowering.emit_op(node, fill, [source, rows],
                                   type_text=_tensor_type(dtype, rows), hint="rows")
     return lowering.emit_op(node, "aten::index_copy", [lowering.values[self_node], dim, positions, source])
+
+
+def _put_at_positions(lowering: Lowering, node: torch.fx.Node, given: list[tuple[int, torch.fx.Node]],
+                      accumulate: bool) -> Ref:
+    """index_put in general: the indexed dims (moved first when apart, as
+    PyTorch orders them) merged into one, the values broadcast to what
+    t[indices] reads and flattened alike, written at the linear positions."""
+    self_node, values = node.args[0], node.args[2]
+    shape = list(self_node.meta["val"].shape)
+    dtype = DTYPES[node.meta["val"].dtype]
+    dims = [d for d, _ in given]
+    target = lowering.values[self_node]
+    order = list(range(len(shape)))
+    if dims != list(range(dims[0], dims[0] + len(dims))):
+        order = dims + [d for d in range(len(shape)) if d not in dims]
+        shape = [shape[d] for d in order]
+        target = lowering.emit_op(node, "aten::permute", [target, order], type_text=_tensor_type(dtype, shape),
+                                  hint="indexed_first")
+        given = [(k, index) for k, (_, index) in enumerate(given)]
+        dims = list(range(len(dims)))
+    moved = shape
+    if len(given) == 1:
+        positions = _wrapped_positions(lowering, node, given[0][1], shape[dims[0]])
+        broadcast = list(given[0][1].meta["val"].shape)
+    else:
+        positions, _ = _linear_positions(lowering, node, given, shape)
+        broadcast = list(torch.broadcast_shapes(*(index.meta["val"].shape for _, index in given)))
+    count = math.prod(broadcast)
+    first, after = dims[0], dims[-1] + 1
+    merged = shape[:first] + [math.prod(shape[first:after])] + shape[after:]
+    if merged != shape:
+        target = lowering.emit_op(node, "aten::reshape", [target, merged], type_text=_tensor_type(dtype, merged),
+                                  hint="indexed_merged")
+    read = shape[:first] + broadcast + shape[after:]  # what t[indices] reads, which values broadcast to
+    given_shape = list(values.meta["val"].shape)
+    fits = len(given_shape) <= len(read) and all(
+        g in (1, r) for g, r in zip(reversed(given_shape), reversed(read)))
+    if not fits:
+        raise LoweringError(f"shape mismatch: value tensor of shape {given_shape} cannot be broadcast to indexing "
+                            f"result of shape {read} (at {source_line(node)})")
+    rows = shape[:first] + [count] + shape[after:]
+    source = lowering.emit_op(node, "aten::expand", [lowering.values[values], read],
+                              type_text=_tensor_type(dtype, read), hint="values")
+    source = lowering.emit_op(node, "aten::reshape", [source, rows], type_text=_tensor_type(dtype, rows),
+                              hint="values")
+    if accumulate:
+        spots = [1] * first + [count] + [1] * (len(shape) - after)
+        at = lowering.emit_op(node, "aten::reshape", [positions, spots], type_text=_tensor_type("i64", spots),
+                              hint="positions")
+        at = lowering.emit_op(node, "aten::expand", [at, rows], type_text=_tensor_type("i64", rows), hint="positions")
+        written = lowering.emit_op(node, "aten::scatter_add", [target, first, at, source],
+                                   type_text=_tensor_type(dtype, merged), hint="written")
+    else:
+        written = lowering.emit_op(node, "aten::index_copy", [target, first, positions, source],
+                                   type_text=_tensor_type(dtype, merged), hint="written")
+    if order == list(range(len(order))):
+        return lowering.emit_op(node, "aten::reshape", [written, moved])
+    unmerged = lowering.emit_op(node, "aten::reshape", [written, moved], type_text=_tensor_type(dtype, moved),
+                                hint="written")
+    return lowering.emit_op(node, "aten::permute", [unmerged, [order.index(d) for d in range(len(order))]])
 
 
 def _copy(lowering: Lowering, node: torch.fx.Node) -> Ref:

@@ -80,13 +80,15 @@ class HostWrite:
         operands = [None if n is None else value_of(n) for n in self.operands]
         if self.op == "index_copy":
             region.index_copy_(self.params[0], operands[0], operands[1])
-        elif self.op == "index_put":
-            # The one form the graph lowers (one 1-D index tensor, no
-            # accumulate) as index_copy_, which is several times faster.
-            dim = next(d for d, index in enumerate(operands[:-1]) if index is not None)
+        elif self.op == "index_put" and self.rows is not None:
+            # One 1-D index tensor writing whole rows: index_copy_, which is
+            # several times faster.
+            dim = self.rows[0]
             rows = list(region.shape)
             rows[dim] = operands[dim].shape[0]
             region.index_copy_(dim, operands[dim].remainder(region.shape[dim]), operands[-1].expand(rows))
+        elif self.op == "index_put":
+            aten.index_put_.default(region, operands[:-1], operands[-1], self.params[0])
         else:
             region.copy_(operands[0])
 
