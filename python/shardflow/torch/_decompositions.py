@@ -417,6 +417,33 @@ def _nll_loss(x, target, weight, reduction, ignore_index):
     return aten.sum.default(losses) / total, total
 
 
+# Binary search as counting: the position of x among sorted boundaries is
+# how many boundaries b are not at or above x (right: not above x), the
+# predicate PyTorch's search tests, so a NaN value goes past them all. Equal
+# to PyTorch's wherever the boundaries hold no NaN (with a NaN among them
+# the predicate is not monotone and PyTorch's answer follows its search
+# path). Every value meets every boundary: meant for short boundary lists.
+def _positions_among(values, boundaries, right: bool, out_int32: bool) -> torch.Tensor:
+    stops = (values < boundaries) if right else (values <= boundaries)
+    count = aten.sum.dim_IntList(aten.bitwise_not.default(stops), [-1])
+    return count.to(torch.int32) if out_int32 else count
+
+
+@_decomposes(aten.bucketize.Tensor)
+def _bucketize(x, boundaries, *, out_int32=False, right=False):
+    return _positions_among(aten.unsqueeze.default(x, -1), boundaries, right, out_int32)
+
+
+@_decomposes(aten.searchsorted.Tensor)
+def _searchsorted(sorted_sequence, x, *, out_int32=False, right=False, side=None, sorter=None):
+    if sorter is not None:
+        return NotImplemented
+    right = right or side == "right"
+    # Rows of an N-D sequence pair with the rows of x: [..., n, 1] against [..., 1, m].
+    sequence = sorted_sequence if sorted_sequence.dim() == 1 else aten.unsqueeze.default(sorted_sequence, -2)
+    return _positions_among(aten.unsqueeze.default(x, -1), sequence, right, out_int32)
+
+
 # Convolution (1-, 2- or 3-D, strided, dilated, padded, grouped; not
 # transposed) as patches and a matmul: index tensors pick every window of
 # the padded input ([N, C, *out, *kernel]), and each group's patches times
