@@ -825,13 +825,58 @@ def _index_tensors(node: torch.fx.Node, indices: list, what: str) -> list[tuple[
     return given
 
 
-def _one_index_tensor(node: torch.fx.Node, indices: list, what: str) -> tuple[int, torch.fx.Node]:
-    """The dim and node of the one integer index tensor in `indices` (None elsewhere), or an error."""
-    given = _index_tensors(node, indices, what)
-    if len(given) != 1:
-        raise LoweringError(f"{node.format_node()}: shardflow {what} with one index tensor; this has {len(given)} "
-                            f"(at {source_line(node)})")
-    return given[0]
+@dataclass
+class _IndexedView:
+    """A tensor with the dims its index tensors stand for merged into one
+    (moved first when apart, as PyTorch orders the result's dims then), and
+    the positions to take there: what reading and writing t[indices] share."""
+
+    source: Ref  # the tensor, permuted and reshaped so: shape
+    shape: list[int]
+    dim: int  # the merged dim
+    positions: Ref  # i64[count]: flattened, wrapped, linear in the merged dims
+    broadcast: list[int]  # the index tensors' broadcast shape (count elements)
+    moved: list[int]  # the shape before merging (permuted)
+    order: list[int]  # the permutation applied (identity when none)
+
+    @property
+    def read(self) -> list[int]:
+        """The shape of t[indices]."""
+        return self.moved[:self.dim] + self.broadcast + self.moved[self.dim + self.merged:]
+
+    @property
+    def merged(self) -> int:
+        return len(self.moved) - len(self.shape) + 1
+
+    @property
+    def rows(self) -> list[int]:
+        """The merged shape with the merged dim replaced by the positions."""
+        return self.shape[:self.dim] + [math.prod(self.broadcast)] + self.shape[self.dim + 1:]
+
+
+def _indexed_view(lowering: Lowering, node: torch.fx.Node, given: list[tuple[int, torch.fx.Node]]) -> _IndexedView:
+    self_node = node.args[0]
+    shape = list(self_node.meta["val"].shape)
+    dtype = DTYPES[self_node.meta["val"].dtype]
+    source = lowering.values[self_node]
+    dims = [d for d, _ in given]
+    order = list(range(len(shape)))
+    if len(given) == 1:
+        index = given[0][1]
+        positions = _wrapped_positions(lowering, node, index, shape[dims[0]])
+        return _IndexedView(source, shape, dims[0], positions, list(index.meta["val"].shape), shape, order)
+    positions, _ = _linear_positions(lowering, node, given, shape)
+    broadcast = list(torch.broadcast_shapes(*(index.meta["val"].shape for _, index in given)))
+    if dims != list(range(dims[0], dims[0] + len(dims))):
+        order = dims + [d for d in range(len(shape)) if d not in dims]
+        shape = [shape[d] for d in order]
+        source = lowering.emit_op(node, "aten::permute", [source, order], type_text=_tensor_type(dtype, shape),
+                                  hint="indexed_first")
+        dims = list(range(len(dims)))
+    merged = shape[:dims[0]] + [math.prod(shape[d] for d in dims)] + shape[dims[-1] + 1:]
+    source = lowering.emit_op(node, "aten::reshape", [source, merged], type_text=_tensor_type(dtype, merged),
+                              hint="indexed_merged")
+    return _IndexedView(source, merged, dims[0], positions, broadcast, shape, order)
 
 
 def _index(lowering: Lowering, node: torch.fx.Node) -> Ref:
@@ -840,35 +885,13 @@ def _index(lowering: Lowering, node: torch.fx.Node) -> Ref:
     broadcast together and index the dims they stand for merged into one, at
     linear positions; as in PyTorch, their broadcast dims replace the indexed
     dims where those are adjacent, and lead the result where they are not."""
-    self_node, indices = node.args[:2]
-    given = _index_tensors(node, indices, "reads t[..., idx]")
-    shape = list(self_node.meta["val"].shape)
-    dims = [d for d, _ in given]
+    view = _indexed_view(lowering, node, _index_tensors(node, node.args[1], "reads t[..., idx]"))
     dtype = DTYPES[node.meta["val"].dtype]
-    source = lowering.values[self_node]
-    if len(given) == 1:
-        positions = _wrapped_positions(lowering, node, given[0][1], shape[dims[0]])
-        count = given[0][1].meta["val"].numel()
-    else:
-        positions, count = _linear_positions(lowering, node, given, shape)
-        if dims != list(range(dims[0], dims[0] + len(dims))):  # apart: move them to the front
-            order = dims + [d for d in range(len(shape)) if d not in dims]
-            shape = [shape[d] for d in order]
-            source = lowering.emit_op(node, "aten::permute", [source, order], type_text=_tensor_type(dtype, shape),
-                                      hint="indexed_first")
-            dims = list(range(len(dims)))
-        merged = shape[:dims[0]] + [math.prod(shape[d] for d in dims)] + shape[dims[-1] + 1:]
-        source = lowering.emit_op(node, "aten::reshape", [source, merged], type_text=_tensor_type(dtype, merged),
-                                  hint="indexed_merged")
-        shape = merged
-    dim = dims[0]
-    out_shape = list(node.meta["val"].shape)
-    flat = shape[:dim] + [count] + shape[dim + 1:]
-    if flat == out_shape:
-        return lowering.emit_op(node, "aten::index_select", [source, dim, positions])
-    selected = lowering.emit_op(node, "aten::index_select", [source, dim, positions],
-                                type_text=_tensor_type(dtype, flat), hint="selected")
-    return lowering.emit_op(node, "aten::reshape", [selected, out_shape])
+    if view.rows == list(node.meta["val"].shape):
+        return lowering.emit_op(node, "aten::index_select", [view.source, view.dim, view.positions])
+    selected = lowering.emit_op(node, "aten::index_select", [view.source, view.dim, view.positions],
+                                type_text=_tensor_type(dtype, view.rows), hint="selected")
+    return lowering.emit_op(node, "aten::reshape", [selected, list(node.meta["val"].shape)])
 
 
 def _linear_positions(lowering: Lowering, node: torch.fx.Node, given: list[tuple[int, torch.fx.Node]],
@@ -930,62 +953,38 @@ def _index_put(lowering: Lowering, node: torch.fx.Node) -> Ref:
 
 def _put_at_positions(lowering: Lowering, node: torch.fx.Node, given: list[tuple[int, torch.fx.Node]],
                       accumulate: bool) -> Ref:
-    """index_put in general: the indexed dims (moved first when apart, as
-    PyTorch orders them) merged into one, the values broadcast to what
-    t[indices] reads and flattened alike, written at the linear positions."""
-    self_node, values = node.args[0], node.args[2]
-    shape = list(self_node.meta["val"].shape)
+    """index_put in general: into the indexed view (see _IndexedView), the
+    values broadcast to what t[indices] reads and flattened alike, written
+    at its positions; then the view undone."""
+    values = node.args[2]
     dtype = DTYPES[node.meta["val"].dtype]
-    dims = [d for d, _ in given]
-    target = lowering.values[self_node]
-    order = list(range(len(shape)))
-    if dims != list(range(dims[0], dims[0] + len(dims))):
-        order = dims + [d for d in range(len(shape)) if d not in dims]
-        shape = [shape[d] for d in order]
-        target = lowering.emit_op(node, "aten::permute", [target, order], type_text=_tensor_type(dtype, shape),
-                                  hint="indexed_first")
-        given = [(k, index) for k, (_, index) in enumerate(given)]
-        dims = list(range(len(dims)))
-    moved = shape
-    if len(given) == 1:
-        positions = _wrapped_positions(lowering, node, given[0][1], shape[dims[0]])
-        broadcast = list(given[0][1].meta["val"].shape)
-    else:
-        positions, _ = _linear_positions(lowering, node, given, shape)
-        broadcast = list(torch.broadcast_shapes(*(index.meta["val"].shape for _, index in given)))
-    count = math.prod(broadcast)
-    first, after = dims[0], dims[-1] + 1
-    merged = shape[:first] + [math.prod(shape[first:after])] + shape[after:]
-    if merged != shape:
-        target = lowering.emit_op(node, "aten::reshape", [target, merged], type_text=_tensor_type(dtype, merged),
-                                  hint="indexed_merged")
-    read = shape[:first] + broadcast + shape[after:]  # what t[indices] reads, which values broadcast to
+    view = _indexed_view(lowering, node, given)
+    read, rows = view.read, view.rows
     given_shape = list(values.meta["val"].shape)
-    fits = len(given_shape) <= len(read) and all(
-        g in (1, r) for g, r in zip(reversed(given_shape), reversed(read)))
+    fits = len(given_shape) <= len(read) and all(g in (1, r) for g, r in zip(reversed(given_shape), reversed(read)))
     if not fits:
         raise LoweringError(f"shape mismatch: value tensor of shape {given_shape} cannot be broadcast to indexing "
                             f"result of shape {read} (at {source_line(node)})")
-    rows = shape[:first] + [count] + shape[after:]
     source = lowering.emit_op(node, "aten::expand", [lowering.values[values], read],
                               type_text=_tensor_type(dtype, read), hint="values")
     source = lowering.emit_op(node, "aten::reshape", [source, rows], type_text=_tensor_type(dtype, rows),
                               hint="values")
     if accumulate:
-        spots = [1] * first + [count] + [1] * (len(shape) - after)
-        at = lowering.emit_op(node, "aten::reshape", [positions, spots], type_text=_tensor_type("i64", spots),
+        spots = [1] * len(rows)
+        spots[view.dim] = rows[view.dim]
+        at = lowering.emit_op(node, "aten::reshape", [view.positions, spots], type_text=_tensor_type("i64", spots),
                               hint="positions")
         at = lowering.emit_op(node, "aten::expand", [at, rows], type_text=_tensor_type("i64", rows), hint="positions")
-        written = lowering.emit_op(node, "aten::scatter_add", [target, first, at, source],
-                                   type_text=_tensor_type(dtype, merged), hint="written")
+        written = lowering.emit_op(node, "aten::scatter_add", [view.source, view.dim, at, source],
+                                   type_text=_tensor_type(dtype, view.shape), hint="written")
     else:
-        written = lowering.emit_op(node, "aten::index_copy", [target, first, positions, source],
-                                   type_text=_tensor_type(dtype, merged), hint="written")
-    if order == list(range(len(order))):
-        return lowering.emit_op(node, "aten::reshape", [written, moved])
-    unmerged = lowering.emit_op(node, "aten::reshape", [written, moved], type_text=_tensor_type(dtype, moved),
-                                hint="written")
-    return lowering.emit_op(node, "aten::permute", [unmerged, [order.index(d) for d in range(len(order))]])
+        written = lowering.emit_op(node, "aten::index_copy", [view.source, view.dim, view.positions, source],
+                                   type_text=_tensor_type(dtype, view.shape), hint="written")
+    if view.order == sorted(view.order):
+        return lowering.emit_op(node, "aten::reshape", [written, view.moved])
+    unmerged = lowering.emit_op(node, "aten::reshape", [written, view.moved],
+                                type_text=_tensor_type(dtype, view.moved), hint="written")
+    return lowering.emit_op(node, "aten::permute", [unmerged, [view.order.index(d) for d in range(len(view.order))]])
 
 
 def _copy(lowering: Lowering, node: torch.fx.Node) -> Ref:
