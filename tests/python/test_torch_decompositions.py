@@ -103,6 +103,12 @@ OPS = {
                                                                                    out_int32=True),
                                          torch.searchsorted(RISING, x), torch.searchsorted(RISING, x, side="right"),
                                          torch.searchsorted(x.nan_to_num(0.0).sort(-1).values, x[..., :2].contiguous(), right=True)),
+    # Pooling keeps a channels-last input's layout, as PyTorch's kernels do,
+    # so a .view that works eagerly traces.
+    "pool_then_view": lambda x: (F.avg_pool1d(x.transpose(1, 2), 3, 1, 1).transpose(1, 2).view(3, -1),
+                                 F.max_pool1d(x.transpose(1, 2), 2).transpose(1, 2).reshape(-1).view(3, -1),
+                                 F.conv1d(x, FILTERS_1D.expand(4, 5, 3)).view(-1)),
+    "linspace": lambda x: x * torch.linspace(-1, 2, 6) + torch.linspace(0, 1, 5)[:, None],
     "one_hot": lambda x: F.one_hot(_classes(x, 4), 4) * x[..., :4],
     "nll_loss_none": lambda x: F.nll_loss(F.log_softmax(x, 1), _classes(x.transpose(1, 2), 5), reduction="none"),
     "isnan_isinf": lambda x: torch.isnan(x).float() + 2 * torch.isinf(x).float() + 4 * torch.isfinite(x).float(),

@@ -11,6 +11,7 @@ shardflow's op set is still a LoweringError naming it and the source line.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Callable
 
@@ -39,11 +40,37 @@ def table() -> dict[torch._ops.OpOverload, Callable]:
 
 
 def _decomposes(*ops: torch._ops.OpOverload):
+    """Registers fn for ops. Its tensor results are made contiguous, as the
+    kernels it stands for return them: a later .view() in the user's code
+    sees the strides it would eagerly (in shardflow the copy is free: clone
+    lowers to nothing, its tensors have no strides)."""
     def register(fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def contiguous_results(*args, **kwargs):
+            return _contiguous(fn(*args, **kwargs))
         for op in ops:
-            DECOMPOSITIONS[op] = fn
+            DECOMPOSITIONS[op] = contiguous_results
         return fn
     return register
+
+
+def _contiguous(result):
+    if isinstance(result, torch.Tensor):
+        channels_last = result.dim() == 4 and result.is_contiguous(memory_format=torch.channels_last)
+        return result if channels_last else result.contiguous()  # channels_last: see _in_layout_of
+    if isinstance(result, (tuple, list)):
+        return type(result)(_contiguous(r) for r in result)
+    return result  # NotImplemented: the op stays
+
+
+def _in_layout_of(x: torch.Tensor, result: torch.Tensor) -> torch.Tensor:
+    """result in x's memory format, as PyTorch's convolution and pooling
+    kernels return it: channels_last for a channels_last 4-D input (which a
+    transposed [N, L, C] input of a 1-D pool becomes), else contiguous."""
+    if x.dim() == 4 and result.dim() == 4 and not x.is_contiguous() \
+            and x.is_contiguous(memory_format=torch.channels_last):
+        return result.contiguous(memory_format=torch.channels_last)
+    return result.contiguous()
 
 
 def _dims(x: torch.Tensor, dim) -> list[int]:
@@ -444,6 +471,20 @@ def _searchsorted(sorted_sequence, x, *, out_int32=False, right=False, side=None
     return _positions_among(aten.unsqueeze.default(x, -1), sequence, right, out_int32)
 
 
+# linspace as PyTorch computes it: the first half of the points stepped
+# from start, the second half back from end (so both ends are exact).
+@_decomposes(aten.linspace.default)
+def _linspace(start, end, steps, *, dtype=None, layout=None, device=None, pin_memory=None):
+    dtype = dtype or torch.get_default_dtype()
+    if not dtype.is_floating_point or steps < 2:
+        return NotImplemented
+    step = (end - start) / (steps - 1)
+    i = aten.arange.default(steps, dtype=dtype)
+    from_start = i * step + start
+    from_end = end - (steps - 1 - i) * step
+    return aten.where.self(i < steps // 2, from_start, from_end)
+
+
 # Convolution (1-, 2- or 3-D, strided, dilated, padded, grouped; not
 # transposed) as patches and a matmul: index tensors pick every window of
 # the padded input ([N, C, *out, *kernel]), and each group's patches times
@@ -486,7 +527,7 @@ def _convolution(x, weight, bias, stride, padding, dilation, transposed, output_
     y = aten.reshape.default(aten.permute.default(y, [0, 1, 3, 2]), [batch, filters, *out])
     if bias is not None:
         y = y + aten.reshape.default(bias, [1, filters] + [1] * spatial)
-    return y
+    return _in_layout_of(x, y)
 
 
 # Pooling over the last two dims, as windows (see _windows) reduced.
@@ -515,13 +556,13 @@ def _avg_pool2d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_inc
     stride = _pairs(stride, kernel)
     sums = aten.sum.dim_IntList(_windows(_padded_last_two(x, padding, 0.0), kernel, stride, [1, 1]), [-2, -1])
     if divisor_override is not None:
-        return sums / divisor_override
+        return _in_layout_of(x, sums / divisor_override)
     if count_include_pad or not any(padding):
-        return sums / (kernel[0] * kernel[1])
+        return _in_layout_of(x, sums / (kernel[0] * kernel[1]))
     # The windows' elements inside the input: windows of a padded ones.
     ones = aten.full.default(list(x.shape[-2:]), 1.0, dtype=x.dtype)
     counts = aten.sum.dim_IntList(_windows(_padded_last_two(ones, padding, 0.0), kernel, stride, [1, 1]), [-2, -1])
-    return sums / counts
+    return _in_layout_of(x, sums / counts)
 
 
 @_decomposes(aten.max_pool2d_with_indices.default)
@@ -541,7 +582,7 @@ def _max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, c
     position_flat = aten.reshape.default(position_windows, [*position_windows.shape[:-2], kernel[0] * kernel[1]])
     chosen = aten.argmax.default(flat, -1, True)
     indices = aten.gather.default(aten.expand.default(position_flat, list(flat.shape)), -1, chosen)
-    return values, aten.squeeze.dim(indices, -1)
+    return _in_layout_of(x, values), _in_layout_of(x, aten.squeeze.dim(indices, -1))
 
 
 def _adaptive_weights(size: int, out: int, dtype: torch.dtype) -> torch.Tensor:
@@ -558,7 +599,7 @@ def _adaptive_weights(size: int, out: int, dtype: torch.dtype) -> torch.Tensor:
 def _adaptive_avg_pool2d(x, output_size):
     rows = _adaptive_weights(x.shape[-2], output_size[0], x.dtype)  # [OH, H]
     columns = _adaptive_weights(x.shape[-1], output_size[1], x.dtype)  # [OW, W]
-    return aten.matmul.default(aten.matmul.default(rows, x), aten.permute.default(columns, [1, 0]))
+    return _in_layout_of(x, aten.matmul.default(aten.matmul.default(rows, x), aten.permute.default(columns, [1, 0])))
 
 
 @_decomposes(aten.new_full.default)
