@@ -1,5 +1,5 @@
 // Indexing ops: embedding, index_select, index_copy (functional), gather and
-// scatter (scatter.src, scatter.value, scatter_add),
+// scatter (scatter.src, scatter.value, scatter_add, scatter_reduce),
 // and put_rows_into, index_copy's in-place form for memory a caller owns.
 //
 // Index tensors are i64 or i32. Every index is checked against the size it
@@ -526,10 +526,12 @@ void register_gather(OpRegistry& r) {
 
 // ------------------------------------------------------------------ scatter
 
-// scatter.src, scatter.value and scatter_add: a copy of self where, for each
-// position p of index, the element at p with dim replaced by index[p] is
-// set to (or, for scatter_add, increased by) src[p] or the value.
-enum class ScatterKind { kSource, kValue, kAdd };
+// scatter.src, scatter.value, scatter_add and scatter_reduce: a copy of self
+// where, for each position p of index, the element at p with dim replaced by
+// index[p] is set to src[p] or the value (scatter_add: increased by src[p];
+// scatter_reduce: combined with it by sum, prod, mean, amax or amin, from
+// self's value or, without include_self, from the reduction's identity).
+enum class ScatterKind { kSource, kValue, kAdd, kReduce };
 
 void check_scatter(const OpArgs& args, std::span<const TensorType> in, ScatterKind kind) {
   const TensorType& self = in[0];
@@ -554,6 +556,75 @@ void check_scatter(const OpArgs& args, std::span<const TensorType> in, ScatterKi
       throw Error(fmt::format("Expected index {} to be no larger than self {} apart from dimension {}{}",
                               sizes_text(index.shape), sizes_text(self.shape), dim,
                               src == nullptr ? "" : " and to be no larger size than src " + sizes_text(src->shape)));
+    }
+  }
+}
+
+// scatter_reduce's reduction, and its identity (what a position that
+// leaves self out starts from).
+enum class ScatterReduction { kSum, kProd, kMean, kMax, kMin };
+
+ScatterReduction read_scatter_reduction(const OpArgs& args) {
+  const std::string& name = args.get_string("reduce");
+  if (name == "sum") return ScatterReduction::kSum;
+  if (name == "prod") return ScatterReduction::kProd;
+  if (name == "mean") return ScatterReduction::kMean;
+  if (name == "amax" || name == "max") return ScatterReduction::kMax;  // PyTorch takes "max" too
+  if (name == "amin" || name == "min") return ScatterReduction::kMin;
+  throw Error(fmt::format("reduce argument must be either sum, prod, mean, amax or amin, got {}", name));
+}
+
+template <class C>
+C scatter_identity(ScatterReduction reduction) {
+  switch (reduction) {
+    case ScatterReduction::kProd:
+      return C{1};
+    case ScatterReduction::kMax:
+      return std::numeric_limits<C>::has_infinity ? -std::numeric_limits<C>::infinity()
+                                                  : std::numeric_limits<C>::lowest();
+    case ScatterReduction::kMin:
+      return std::numeric_limits<C>::has_infinity ? std::numeric_limits<C>::infinity() : std::numeric_limits<C>::max();
+    default:
+      return C{0};
+  }
+}
+
+// NaN wins amax and amin, as in PyTorch.
+template <class C>
+C scatter_combine(ScatterReduction reduction, C a, C b) {
+  switch (reduction) {
+    case ScatterReduction::kProd:
+      return static_cast<C>(a * b);
+    case ScatterReduction::kMax:
+      return (is_nan(a) || a > b) ? a : b;
+    case ScatterReduction::kMin:
+      return (is_nan(a) || a < b) ? a : b;
+    default:
+      return static_cast<C>(a + b);
+  }
+}
+
+// Calls visit(at, from) for each position of index, in row-major order,
+// whose value falls in the shard of self's dim that starts at global index
+// `begin` and holds `rows` rows: `at` is the element of the local self it
+// names, `from` the element of src (strides `src_strides`) at the position.
+template <class Visit>
+void for_each_scattered(std::span<const int64_t> indices, const Shape& index_shape, const Dims& self_strides,
+                        const Dims& src_strides, std::size_t dim, int64_t begin, int64_t rows, Visit visit) {
+  std::vector<int64_t> position(index_shape.size(), 0);
+  for (const int64_t index : indices) {
+    const int64_t local = index - begin;
+    if (local >= 0 && local < rows) {
+      int64_t at = 0, from = 0;
+      for (std::size_t d = 0; d < position.size(); ++d) {
+        at += (d == dim ? local : position[d]) * self_strides[d];
+        if (!src_strides.empty()) from += position[d] * src_strides[d];
+      }
+      visit(at, from);
+    }
+    for (std::size_t d = position.size(); d-- > 0;) {
+      if (++position[d] < index_shape[d]) break;
+      position[d] = 0;
     }
   }
 }
@@ -586,29 +657,50 @@ DenseTensor scatter_in_window(const OpArgs& args, std::span<const DenseTensor> i
   const Dims src_strides =
       kind == ScatterKind::kValue ? Dims{} : row_major_strides(in[2].rank() == 0 ? Shape{1} : in[2].shape());
   const int64_t rows = std::clamp<int64_t>(bound - window.begin, 0, self_shape[dim]);
+  const auto each = [&](auto visit) {
+    for_each_scattered(indices, index_shape, self_strides, src_strides, dim, window.begin, rows, visit);
+  };
   visit_dtype(self.dtype(), [&](auto tag) {
     using T = decltype(tag);
+    using C = ComputeType<T>;
     T* dst = out.data_as<T>();
     const T* src = kind == ScatterKind::kValue ? nullptr : in[2].data_as<T>();
-    const T value = kind == ScatterKind::kValue ? store<T>(args.get_number("value")) : T{};
-    std::vector<int64_t> position(index_shape.size(), 0);
-    for (std::size_t i = 0; i < indices.size(); ++i) {
-      const int64_t local = indices[i] - window.begin;
-      if (local >= 0 && local < rows) {
-        int64_t at = 0, from = 0;
-        for (std::size_t d = 0; d < position.size(); ++d) {
-          at += (d == dim ? local : position[d]) * self_strides[d];
-          if (src != nullptr) from += position[d] * src_strides[d];
-        }
-        if (kind == ScatterKind::kAdd) {
-          dst[at] = store<T>(load(dst[at]) + load(src[from]));
-        } else {
-          dst[at] = src != nullptr ? src[from] : value;
-        }
+    switch (kind) {
+      case ScatterKind::kSource:
+        each([&](int64_t at, int64_t from) { dst[at] = src[from]; });
+        break;
+      case ScatterKind::kValue: {
+        const T value = store<T>(args.get_number("value"));
+        each([&](int64_t at, int64_t) { dst[at] = value; });
+        break;
       }
-      for (std::size_t d = position.size(); d-- > 0;) {
-        if (++position[d] < index_shape[d]) break;
-        position[d] = 0;
+      case ScatterKind::kAdd:
+        each([&](int64_t at, int64_t from) { dst[at] = store<T>(load(dst[at]) + load(src[from])); });
+        break;
+      case ScatterKind::kReduce: {
+        const ScatterReduction reduction = read_scatter_reduction(args);
+        const bool include_self = args.get_bool("include_self");
+        if (!include_self) {
+          each([&](int64_t at, int64_t) { dst[at] = store<T>(scatter_identity<C>(reduction)); });
+        }
+        std::vector<int64_t> count(reduction == ScatterReduction::kMean ? static_cast<std::size_t>(out.numel()) : 0);
+        each([&](int64_t at, int64_t from) {
+          dst[at] = store<T>(scatter_combine(reduction, load(dst[at]), load(src[from])));
+          if (!count.empty()) ++count[static_cast<std::size_t>(at)];
+        });
+        // A mean divides what reached each position by how many did (self
+        // included); integers round down, as in PyTorch.
+        for (std::size_t at = 0; at < count.size(); ++at) {
+          if (count[at] == 0) continue;
+          const auto total = static_cast<C>(count[at] + (include_self ? 1 : 0));
+          const C sum = load(dst[at]);
+          C mean = static_cast<C>(sum / total);
+          if constexpr (std::is_integral_v<C>) {
+            if (sum % total != 0 && (sum < 0) != (total < 0)) --mean;
+          }
+          dst[at] = store<T>(mean);
+        }
+        break;
       }
     }
   });
@@ -681,6 +773,10 @@ void register_scatter(OpRegistry& r) {
   add_scatter(r, "aten::scatter.value(Tensor self, int dim, Tensor index, Scalar value) -> Tensor",
               ScatterKind::kValue);
   add_scatter(r, "aten::scatter_add(Tensor self, int dim, Tensor index, Tensor src) -> Tensor", ScatterKind::kAdd);
+  add_scatter(r,
+              "aten::scatter_reduce.two(Tensor self, int dim, Tensor index, Tensor src, str reduce, *, "
+              "bool include_self=True) -> Tensor",
+              ScatterKind::kReduce);
 }
 
 }  // namespace

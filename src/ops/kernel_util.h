@@ -29,6 +29,16 @@ std::vector<TensorType> types_of(std::span<const DenseTensor> tensors);
 // The default float dtype, for integer inputs of float-valued ops.
 inline DType float_type_for(DType dtype) { return is_floating(dtype) ? dtype : DType::kF32; }
 
+// NaN test for any compute type (integers are never NaN).
+template <class A>
+bool is_nan(A value) {
+  if constexpr (std::is_floating_point_v<A>) {
+    return value != value;
+  } else {
+    return false;
+  }
+}
+
 // Calls row(n, offsets, inner_strides) for every row of the broadcast
 // output: `n` consecutive output elements; `offsets[i]` is the element offset
 // of the row's first element in operand i; `inner_strides[i]` is 0 or 1.

@@ -174,15 +174,6 @@ void for_each_outer(const ReductionPlan& plan, Body&& body) {
 
 // ------------------------------------------------------------ accumulation
 
-template <class A>
-bool is_nan(A value) {
-  if constexpr (std::is_floating_point_v<A>) {
-    return value != value;
-  } else {
-    return false;
-  }
-}
-
 // How partial results combine. NaN wins max and min, as in torch.amax.
 struct SumOp {
   template <class A>

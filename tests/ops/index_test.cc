@@ -486,6 +486,46 @@ TEST(IndexOps, ScatterSmallExampleLastDuplicateWinsAndSelfIsUnchanged) {
   EXPECT_EQ(to_doubles(call("aten::scatter", {self, 0, from_ints({}, {0, 9}), src})), (std::vector<double>(6, 0)));
 }
 
+// scatter_reduce against a reference: every reduction, with and without
+// self, duplicates included; integer means round down, NaN wins amax/amin.
+TEST(IndexOps, ScatterReduceMatchesReference) {
+  const auto self = from_floats({1, 2, 3, 4, -5, 6}, {2, 3});
+  const auto index = from_ints({0, 0, 2, 1, 1, 1}, {2, 3});
+  const auto src = from_floats({5, 6, 7, -2, 3, -4}, {2, 3});
+  struct Row {
+    const char* reduce;
+    bool include_self;
+    std::vector<double> expected;
+  };
+  const Row rows[] = {
+      {"sum", true, {12, 2, 10, 4, -8, 6}},      {"sum", false, {11, 2, 7, 4, -3, 6}},
+      {"prod", true, {30, 2, 21, 4, -120, 6}},    {"prod", false, {30, 2, 7, 4, 24, 6}},
+      {"mean", true, {4, 2, 5, 4, -2, 6}},       {"mean", false, {5.5, 2, 7, 4, -1, 6}},
+      {"amax", true, {6, 2, 7, 4, 3, 6}},        {"amax", false, {6, 2, 7, 4, 3, 6}},
+      {"amin", true, {1, 2, 3, 4, -5, 6}},       {"amin", false, {5, 2, 7, 4, -4, 6}},
+  };
+  for (const Row& row : rows) {
+    const auto out = call("aten::scatter_reduce", {self, 1, index, src, row.reduce, kw("include_self", row.include_self)});
+    EXPECT_EQ(to_doubles(out), row.expected) << row.reduce << " include_self " << row.include_self;
+  }
+  // Integer means round down: (-5 - 2) / 2 is -4 and (3 + 8) / 2 is 5, as in PyTorch.
+  EXPECT_EQ(to_doubles(call("aten::scatter_reduce",
+                            {from_ints({-5, 3}, {1, 2}), 1, from_ints({0, 1}, {1, 2}), from_ints({-2, 8}, {1, 2}), "mean"})),
+            (std::vector<double>{-4, 5}));
+  const auto ints = call("aten::to.dtype", {self, DType::kI64});
+  const auto int_src = call("aten::to.dtype", {src, DType::kI64});
+  EXPECT_EQ(to_doubles(call("aten::scatter_reduce", {ints, 1, index, int_src, "mean"})),
+            (std::vector<double>{4, 2, 5, 4, -2, 6}));
+  EXPECT_EQ(to_doubles(call("aten::scatter_reduce",
+                            {ints, 1, from_ints({1, 1, 1, 2, 2, 2}, {2, 3}), int_src, "mean", kw("include_self", false)})),
+            (std::vector<double>{1, 6, 3, 4, -5, -1}));
+  const auto with_nan = from_floats({1, NAN, 3}, {1, 3});
+  const auto maxima = to_doubles(call("aten::scatter_reduce", {with_nan, 1, from_ints({0, 2}, {1, 2}),
+                                                               from_floats({NAN, 1}, {1, 2}), "amax"}));
+  EXPECT_TRUE(std::isnan(maxima[0]) && std::isnan(maxima[1]));
+  EXPECT_EQ(maxima[2], 3);
+}
+
 TEST(IndexOps, ScatterErrors) {
   std::mt19937 rng(12);
   const auto self = random_tensor(DType::kF32, {3, 4}, rng);
@@ -505,6 +545,8 @@ TEST(IndexOps, ScatterErrors) {
       {"aten::scatter", {self, 1, from_ints({4}, {1, 1}), src}, "index 4 is out of bounds for dimension 1 with size 4"},
       {"aten::scatter_add", {self, 1, from_ints({-1}, {1, 1}), src},
        "index -1 is out of bounds for dimension 1 with size 4"},
+      {"aten::scatter_reduce", {self, 1, index, src, "median"},
+       "reduce argument must be either sum, prod, mean, amax or amin, got median"},
   });
 }
 

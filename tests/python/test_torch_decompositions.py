@@ -75,6 +75,9 @@ OPS = {
     "scatter": lambda x: x.scatter(2, torch.topk(x, 3, -1).indices, torch.topk(x, 3, -1).values * 2)
     + x.scatter(1, (x[:, :2].abs() * 10).long() % 5, -1.0)
     + torch.zeros(3, 5, 6).scatter_add(2, (x.abs() * 10).long() % 6, x),
+    "scatter_reduce": lambda x: tuple(
+        torch.scatter_reduce(x, 2, (x.abs() * 10).long() % 6, x * 2, reduce, include_self=include_self)
+        for reduce in ("sum", "prod", "mean", "amax", "amin") for include_self in (True, False)),
     "top_p_filter": lambda x: _top_p(x.reshape(15, 6), 0.8),
     "index_rows_and_columns": lambda x: (x[torch.arange(3), _classes(x[:, 0], 5)],
                                          x[:, torch.tensor([[0], [-1]]), torch.tensor([1, 4, -2, 0])]),
