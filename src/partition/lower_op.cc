@@ -1,8 +1,9 @@
 // Lowering one op (partitioner.cc's steps 1-4), each step a function:
 // the factor shardings (factors_of_cheapest_plan), the operands moved to
 // them (operands_in_layout), padding masked where a sharded dim is reduced
-// (mask_reduced_padding) or divides (mask_divisor_padding), a lookup in shards (sharded_index), an addend
-// kept once (count_addend_once), and the local op itself (emit_local_op).
+// (mask_reduced_padding) or divides (mask_divisor_padding), a lookup in
+// shards (sharded_index), an addend kept once (count_addend_once), and the
+// local op itself (emit_local_op).
 #include <fmt/format.h>
 
 #include <algorithm>
