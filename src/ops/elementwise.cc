@@ -490,19 +490,15 @@ void register_bitwise_ops(OpRegistry& r) {
   shift("__rshift__", "bitwise_right_shift", "rshift_cpu", integral([](auto x, auto y) { return shift_right(x, y); }));
 
   // bitwise_not: ~ on integers, logical not on bools.
-  const auto check = [](DType dtype) {
-    if (is_floating(dtype)) {
-      throw Error(fmt::format("\"bitwise_not_cpu\" not implemented for '{}'", scalar_type_name(dtype)));
-    }
-  };
+  const BinaryTraits refusing_floats{.kernel = "bitwise_not_cpu", .floats = false};
   OpDef invert = unary_def(UnaryResult::kSame);
-  invert.infer = [check](const OpArgs&, std::span<const TensorType> in) {
-    check(in[0].dtype);
+  invert.infer = [refusing_floats](const OpArgs&, std::span<const TensorType> in) {
+    refusing_floats.check(in[0].dtype);
     return std::vector<TensorType>{in[0]};
   };
-  invert.kernel = [check](const OpArgs&, std::span<const DenseTensor> in) {
+  invert.kernel = [refusing_floats](const OpArgs&, std::span<const DenseTensor> in) {
     const DType dtype = in[0].dtype();
-    check(dtype);
+    refusing_floats.check(dtype);
     return std::vector<DenseTensor>{map_unary(in[0], dtype, [dtype](auto x) {
       if constexpr (std::is_integral_v<decltype(x)>) {
         return dtype == DType::kBool ? static_cast<decltype(x)>(x == 0) : static_cast<decltype(x)>(~x);
