@@ -1,6 +1,7 @@
 #include "gemv.h"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "shardflow/tensor/parallel.h"
 
@@ -66,16 +67,21 @@ constexpr int kChains = 4;
 // at a time there (0.58-0.81 against 0.95-0.97).
 constexpr int64_t kLongRow = 2048;
 // The weight rows read side by side, and the rows of x sharing each weight
-// load: all their accumulators (kChains each) must stay in the vector
-// registers beside the loads, 32 with AVX-512 and 16 with AVX2.
+// load: all their accumulators (kChains each with Vec, half as many with
+// PairVec) must stay in the vector registers beside the loads, 32 with
+// AVX-512 and 16 with AVX2. With AVX-512 the eight rows of a batch share
+// one read of a short weight row (Intel Xeon family 6 model 207, 8 rows of
+// x against a 1 GiB weight of 768 columns: 0.42 and 0.30 of a streaming
+// read at 1 and 2 threads with four per read and 256-bit registers, 0.70 and
+// 0.65 with eight and PairVec).
 #if defined(__AVX512F__)
 constexpr int kLongRowTile = 4;
-constexpr int kRowsPerRead = 4;
+constexpr int kRowsPerRead = 8;
 #else
 constexpr int kLongRowTile = 2;
 constexpr int kRowsPerRead = 2;
 #endif
-constexpr int kRowsPerLongRead = 1;  // 4 x 2 tiles, every register an accumulator, were within 6%
+constexpr int kRowsPerLongRead = 1;  // two (PairVec) were within the runs' spread on the Xeon
 // Short rows against one row of x are read from kStreams far-apart runs of
 // a part at once, a row of each side by side: some cores fetch more with
 // several sequential streams in flight. AMD EPYC Zen 2, 32000 x 768 from
@@ -85,97 +91,160 @@ constexpr int kRowsPerLongRead = 1;  // 4 x 2 tiles, every register an accumulat
 // sequential stream.
 constexpr int kStreams = 4;
 
-// How far ahead of the FMAs a weight row is prefetched, in floats (4 KiB;
-// past the matrix's end is harmless, a prefetch never faults), when several
-// rows of x share a short weight row: their FMAs are slow enough for the
-// hardware prefetcher to fall behind. Non-temporal: a weight is read once
-// per step, and keeping it out of the outer caches leaves them to the
-// activations and the KV cache. A single row of x reads faster without it:
-// from memory 0.95-0.96 of a streaming read against 0.88 (768 and 2048
-// columns, 1 and 2 threads), and from the caches 1.04-1.37x as fast, as the
-// non-temporal hint evicted weights the next step reads again.
+// How far ahead of the FMAs each weight row is prefetched, in floats (4 KiB;
+// past the matrix's end is harmless, a prefetch never faults), into L2.
+// Intel Xeon family 6 model 207, 1 GiB weights, against a streaming read at
+// 1 and 2 threads: one row of x, 8192 columns 0.73-0.78 and 0.75-0.80
+// without, 0.88 and 0.79 with; 768 columns 0.75-0.83 and 0.81-0.86 without,
+// 0.90 and 0.92 with. A non-temporal prefetch (into L1 only) did worse than
+// none there: eight rows of x, 768 columns, weights in L3, 2.9 GB/s against
+// 14 with this one, as groups of rows after the first missed the weight
+// rows L1 had dropped. (On AMD Zen the earlier kernel read single rows
+// faster with no prefetch than with a non-temporal one; this one is not
+// measured there yet.)
 constexpr int64_t kPrefetchAhead = 1024;
 
-// out[r][b] = weight row r (ldw apart, kWeightRows of them from w) dotted
-// with row b of the `kBatch` rows of x (ldx apart). Each element's chains,
-// their pairwise sum, the lane sum and the scalar tail come in the same
-// order for any tile, so a row of x gets the same bits alone or in a batch,
-// from any weight row of a tile.
-template <int kWeightRows, int kBatch>
-void dot_tile(const float* w, int64_t ldw, int64_t k, const float* x, int64_t ldx, float out[kWeightRows][kBatch]) {
-  Vec::T acc[kWeightRows][kBatch][kChains];
+// The floats one round of the chains covers: one vector for each.
+constexpr int64_t kStep = kChains * Vec::kLanes;
+
+#if defined(__AVX512F__)
+// Two adjacent vectors of a row in one 512-bit register. A round's vectors
+// 0 and 1 (or 2 and 3) share one, so its low and high halves continue
+// chains 0 and 1 (2 and 3): the same FMAs on the same lanes as Vec, the
+// same bits, with half the instructions and loads. Several rows of x cost
+// that many FMAs per weight float, which 256-bit FMAs cannot do at the
+// stream rate on every core.
+struct PairVec {
+  using T = __m512;
+  static constexpr int64_t kLanes = 16;
+  static T zero() { return _mm512_setzero_ps(); }
+  static T load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, T v) { _mm512_storeu_ps(p, v); }
+  static T fma(T a, T b, T c) { return _mm512_fmadd_ps(a, b, c); }
+};
+#else
+using PairVec = Vec;
+#endif
+
+// Several rows of x against a weight row are summed over blocks of this
+// many floats of k in turn: each group of rows of x reads the block's
+// weight rows again from L1 (rows of 8192 floats otherwise came from L2,
+// eight times), and the chains' partial sums wait in memory between
+// blocks, which keeps each sum's order.
+constexpr int64_t kRoundsBlock = 1024;
+
+// Adds the rounds of [begin, end) of k (whole rounds) to the chains of a
+// tile: kWeightRows weight rows (ldw apart) against kBatch rows of x (ldx
+// apart). sums holds each output's kChains chains side by side (kStep
+// floats; outputs of one weight row sums_ld apart), so a V register holds
+// consecutive chains.
+template <class V, int kWeightRows, int kBatch, bool kPrefetch>
+void add_rounds(const float* w, int64_t ldw, const float* x, int64_t ldx, int64_t begin, int64_t end, float* sums,
+                int64_t sums_ld) {
+  constexpr int kRegs = static_cast<int>(kStep / V::kLanes);
+  constexpr int64_t kLine = 64 / sizeof(float);
+  typename V::T acc[kWeightRows][kBatch][kRegs];
 #pragma GCC unroll 4
   for (int r = 0; r < kWeightRows; ++r) {
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int b = 0; b < kBatch; ++b) {
 #pragma GCC unroll 4
-      for (int c = 0; c < kChains; ++c) acc[r][b][c] = Vec::zero();
+      for (int c = 0; c < kRegs; ++c) acc[r][b][c] = V::load(sums + r * sums_ld + b * kStep + c * V::kLanes);
     }
   }
-  constexpr bool kPrefetch = kWeightRows == 1 && kBatch > 1;
-  constexpr int64_t kStep = kChains * Vec::kLanes;
-  constexpr int64_t kLine = 64 / sizeof(float);
-  int64_t i = 0;
-  for (; i + kStep <= k; i += kStep) {
+  for (int64_t i = begin; i < end; i += kStep) {
     if constexpr (kPrefetch) {
 #pragma GCC unroll 4
-      for (int64_t line = 0; line < kStep; line += kLine) __builtin_prefetch(w + i + line + kPrefetchAhead, 0, 0);
+      for (int r = 0; r < kWeightRows; ++r) {
+#pragma GCC unroll 4
+        for (int64_t line = 0; line < kStep; line += kLine) {
+          __builtin_prefetch(w + r * ldw + i + line + kPrefetchAhead, 0, 2);
+        }
+      }
     }
 #pragma GCC unroll 4
-    for (int c = 0; c < kChains; ++c) {
-      Vec::T xv[kBatch];
-#pragma GCC unroll 4
-      for (int b = 0; b < kBatch; ++b) xv[b] = Vec::load(x + b * ldx + i + c * Vec::kLanes);
+    for (int c = 0; c < kRegs; ++c) {
+      typename V::T xv[kBatch];
+#pragma GCC unroll 8
+      for (int b = 0; b < kBatch; ++b) xv[b] = V::load(x + b * ldx + i + c * V::kLanes);
 #pragma GCC unroll 4
       for (int r = 0; r < kWeightRows; ++r) {
-        const Vec::T wv = Vec::load(w + r * ldw + i + c * Vec::kLanes);
-#pragma GCC unroll 4
-        for (int b = 0; b < kBatch; ++b) acc[r][b][c] = Vec::fma(wv, xv[b], acc[r][b][c]);
+        const typename V::T wv = V::load(w + r * ldw + i + c * V::kLanes);
+#pragma GCC unroll 8
+        for (int b = 0; b < kBatch; ++b) acc[r][b][c] = V::fma(wv, xv[b], acc[r][b][c]);
       }
     }
   }
-  // The whole vectors left over continue the chains in order.
 #pragma GCC unroll 4
-  for (int c = 0; c < kChains - 1; ++c) {
-    if (i + Vec::kLanes > k) break;
-#pragma GCC unroll 4
-    for (int r = 0; r < kWeightRows; ++r) {
-      const Vec::T wv = Vec::load(w + r * ldw + i);
-#pragma GCC unroll 4
-      for (int b = 0; b < kBatch; ++b) acc[r][b][c] = Vec::fma(wv, Vec::load(x + b * ldx + i), acc[r][b][c]);
-    }
-    i += Vec::kLanes;
-  }
-  static_assert(kChains == 4, "the sum below adds four chains pairwise");
   for (int r = 0; r < kWeightRows; ++r) {
+#pragma GCC unroll 8
     for (int b = 0; b < kBatch; ++b) {
-      float sum = Vec::sum(Vec::add(Vec::add(acc[r][b][0], acc[r][b][1]), Vec::add(acc[r][b][2], acc[r][b][3])));
-      for (int64_t t = i; t < k; ++t) sum += w[r * ldw + t] * x[b * ldx + t];
-      out[r][b] = sum;
+#pragma GCC unroll 4
+      for (int c = 0; c < kRegs; ++c) V::store(sums + r * sums_ld + b * kStep + c * V::kLanes, acc[r][b][c]);
     }
   }
 }
 
-// dot_tile for kWeightRows weight rows and kBatch rows of x, kPerRead rows
-// of x at a time (each further group reads the weight rows again, from L1).
-// The weight rows are `spacing` rows apart (1: adjacent).
-template <int kWeightRows, int kBatch, int kPerRead>
-void dot_rows(const float* w, int64_t spacing, int64_t k, const float* x, int64_t ldx, float* y, int64_t ldy,
-              bool accumulate) {
+// add_rounds for kBatch rows of x, kPerRead at a time; only the first
+// group prefetches, the others find the weight block in L1.
+template <class V, int kWeightRows, int kBatch, int kPerRead, bool kPrefetch>
+void add_rounds_in_groups(const float* w, int64_t ldw, const float* x, int64_t ldx, int64_t begin, int64_t end,
+                          float* sums, int64_t sums_ld) {
   constexpr int kFirst = kBatch < kPerRead ? kBatch : kPerRead;
-  float sums[kWeightRows][kFirst];
-  dot_tile<kWeightRows, kFirst>(w, spacing * k, k, x, ldx, sums);
-  for (int r = 0; r < kWeightRows; ++r) {
-    for (int b = 0; b < kFirst; ++b) {
-      float& out = y[b * ldy + r * spacing];
-      out = accumulate ? out + sums[r][b] : sums[r][b];
-    }
-  }
+  add_rounds<V, kWeightRows, kFirst, kPrefetch>(w, ldw, x, ldx, begin, end, sums, sums_ld);
   if constexpr (kBatch > kFirst) {
-    dot_rows<kWeightRows, kBatch - kFirst, kPerRead>(w, spacing, k, x + kFirst * ldx, ldx, y + kFirst * ldy, ldy,
-                                                     accumulate);
+    add_rounds_in_groups<V, kWeightRows, kBatch - kFirst, kPerRead, false>(w, ldw, x + kFirst * ldx, ldx, begin, end,
+                                                                           sums + kFirst * kStep, sums_ld);
   }
 }
+
+// The dot product of a weight row and a row of x from its chains after the
+// whole rounds (from `whole` on): the whole vectors left over continue the
+// chains in order, then the chains add pairwise, the lanes, and the scalar
+// tail. The same order for any tile, so a row of x gets the same bits
+// alone or in a batch, from any weight row of a tile.
+float finish_dot(const float* chains, const float* w, const float* x, int64_t whole, int64_t k) {
+  Vec::T acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = Vec::load(chains + c * Vec::kLanes);
+  int64_t i = whole;
+  for (int c = 0; c < kChains - 1 && i + Vec::kLanes <= k; ++c, i += Vec::kLanes) {
+    acc[c] = Vec::fma(Vec::load(w + i), Vec::load(x + i), acc[c]);
+  }
+  static_assert(kChains == 4, "the sum below adds four chains pairwise");
+  float sum = Vec::sum(Vec::add(Vec::add(acc[0], acc[1]), Vec::add(acc[2], acc[3])));
+  for (; i < k; ++i) sum += w[i] * x[i];
+  return sum;
+}
+
+// y[b][r] (+)= weight row r dotted with row b of x, for kWeightRows weight
+// rows `spacing` rows apart (1: adjacent) and kBatch rows of x, read
+// kPerRead rows of x at a time with registers of V.
+template <class V, int kWeightRows, int kBatch, int kPerRead>
+void dot_rows(const float* w, int64_t spacing, int64_t k, const float* x, int64_t ldx, float* y, int64_t ldy,
+              bool accumulate) {
+  alignas(64) float sums[kWeightRows][kBatch][kStep] = {};
+  const int64_t ldw = spacing * k;
+  const int64_t whole = k / kStep * kStep;
+  constexpr bool kGroups = kBatch > kPerRead;
+  const int64_t block = kGroups ? kRoundsBlock : whole;
+  for (int64_t begin = 0; begin < whole; begin += block) {
+    const int64_t end = std::min(whole, begin + block);
+    add_rounds_in_groups<V, kWeightRows, kBatch, kPerRead, true>(w, ldw, x, ldx, begin, end, &sums[0][0][0],
+                                                                 kBatch * kStep);
+  }
+  for (int r = 0; r < kWeightRows; ++r) {
+    for (int b = 0; b < kBatch; ++b) {
+      const float dot = finish_dot(sums[r][b], w + r * ldw, x + b * ldx, whole, k);
+      float& out = y[b * ldy + r * spacing];
+      out = accumulate ? out + dot : dot;
+    }
+  }
+}
+
+// The registers for kBatch rows of x: 256-bit for one row (see Vec),
+// pairs of vectors for more.
+template <int kBatch>
+using RowsVec = std::conditional_t<kBatch == 1, Vec, PairVec>;
 
 // Rows [begin, end) of y = x B^T for kBatch rows of x.
 template <int kBatch>
@@ -184,17 +253,20 @@ void gemv_rows(int64_t begin, int64_t end, int64_t k, const float* w, const floa
   int64_t r = begin;
   if (k > kLongRow) {
     for (; r + kLongRowTile <= end; r += kLongRowTile) {
-      dot_rows<kLongRowTile, kBatch, kRowsPerLongRead>(w + r * k, 1, k, x, ldx, y + r, ldy, accumulate);
+      dot_rows<RowsVec<kBatch>, kLongRowTile, kBatch, kRowsPerLongRead>(w + r * k, 1, k, x, ldx, y + r, ldy,
+                                                                        accumulate);
     }
   } else if (kBatch == 1) {
     // The range in kStreams equal runs, read side by side.
     const int64_t run = (end - r) / kStreams;
     for (int64_t i = 0; i < run; ++i) {
-      dot_rows<kStreams, 1, 1>(w + (r + i) * k, run, k, x, ldx, y + r + i, ldy, accumulate);
+      dot_rows<RowsVec<1>, kStreams, 1, 1>(w + (r + i) * k, run, k, x, ldx, y + r + i, ldy, accumulate);
     }
     r += run * kStreams;
   }
-  for (; r < end; ++r) dot_rows<1, kBatch, kRowsPerRead>(w + r * k, 1, k, x, ldx, y + r, ldy, accumulate);
+  for (; r < end; ++r) {
+    dot_rows<RowsVec<kBatch>, 1, kBatch, kRowsPerRead>(w + r * k, 1, k, x, ldx, y + r, ldy, accumulate);
+  }
 }
 
 // Columns [begin, end) of y = B^T x, in blocks that stay in registers'

@@ -129,8 +129,11 @@ TEST(Gemv, SmallProductsStayOnTheCallingThread) {
 TEST(Gemv, EachRowOfABatchGetsTheBitsItGetsAlone) {
   for (const int threads : {1, 3}) {
     const KernelThreads scope(threads);
-    // k = 5: only the scalar tail; k = 2333: weight rows read side by side.
-    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{517, 291}, {129, 311}, {300, 5}, {23, 2333}}) {
+    // k = 5: only the scalar tail; k = 2048: the longest rows read one at a
+    // time, summed in two blocks; k = 2333: weight rows read side by side,
+    // in three blocks and a tail.
+    for (const auto& [n, k] :
+         {std::pair<int64_t, int64_t>{517, 291}, {129, 311}, {300, 5}, {37, 2048}, {23, 2333}}) {
       const auto b = random_floats(n * k, 8);
       for (int64_t m = 2; m <= 8; ++m) {
         const auto a = random_floats(m * k, 9 + static_cast<uint32_t>(m));
