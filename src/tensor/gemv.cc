@@ -96,9 +96,10 @@ constexpr int kStreams = 4;
 // Intel Xeon family 6 model 207, 1 GiB weights, against a streaming read at
 // 1 and 2 threads: one row of x, 8192 columns 0.73-0.78 and 0.75-0.80
 // without, 0.88 and 0.79 with; 768 columns 0.75-0.83 and 0.81-0.86 without,
-// 0.90 and 0.92 with. A non-temporal prefetch (into L1 only) did worse than
-// none there: eight rows of x, 768 columns, weights in L3, 2.9 GB/s against
-// 14 with this one, as groups of rows after the first missed the weight
+// 0.90 and 0.92 with. A non-temporal prefetch (into L1 only) did worse
+// for several rows than none (8 rows, 8192 columns, from memory: 0.25 of
+// the stream against 0.49) and than this one (8 x 4096 x 768 in L3: 2.9
+// GB/s against 14), as groups of rows after the first missed the weight
 // rows L1 had dropped. (On AMD Zen the earlier kernel read single rows
 // faster with no prefetch than with a non-temporal one; this one is not
 // measured there yet.)
