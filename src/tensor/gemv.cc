@@ -67,21 +67,25 @@ constexpr int kChains = 4;
 // at a time there (0.58-0.81 against 0.95-0.97).
 constexpr int64_t kLongRow = 2048;
 // The weight rows read side by side, and the rows of x sharing each weight
-// load: all their accumulators (kChains each with Vec, half as many with
-// PairVec) must stay in the vector registers beside the loads, 32 with
-// AVX-512 and 16 with AVX2. With AVX-512 the eight rows of a batch share
-// one read of a short weight row (Intel Xeon family 6 model 207, 8 rows of
-// x against a 1 GiB weight of 768 columns: 0.42 and 0.30 of a streaming
-// read at 1 and 2 threads with four per read and 256-bit registers, 0.70 and
-// 0.65 with eight and PairVec).
+// load: all their accumulators must stay in the vector registers beside
+// the loads, 32 with AVX-512 and 16 with AVX2 (kChains each for one row of
+// x; one each for several, summed one register's chains at a time: see
+// add_rounds_by_register). With AVX-512 the eight rows of a batch share
+// one read of a short weight row and four a long one. Intel Xeon family 6
+// model 207, 8 rows of x, 1 and 2 threads, against a streaming read of a
+// 1 GiB weight of 768 columns: 0.42 and 0.30 with four rows per read and
+// 256-bit registers, 0.66-0.70 and 0.60-0.65 now; against weights in L2
+// (32 x 8192), 9-11 GB/s with one row of x per read of four weight rows
+// and 14 now.
 #if defined(__AVX512F__)
 constexpr int kLongRowTile = 4;
 constexpr int kRowsPerRead = 8;
+constexpr int kRowsPerLongRead = 4;
 #else
 constexpr int kLongRowTile = 2;
 constexpr int kRowsPerRead = 2;
+constexpr int kRowsPerLongRead = 1;
 #endif
-constexpr int kRowsPerLongRead = 1;  // two (PairVec) were within the runs' spread on the Xeon
 // Short rows against one row of x are read from kStreams far-apart runs of
 // a part at once, a row of each side by side: some cores fetch more with
 // several sequential streams in flight. AMD EPYC Zen 2, 32000 x 768 from
@@ -186,13 +190,67 @@ void add_rounds(const float* w, int64_t ldw, const float* x, int64_t ldx, int64_
   }
 }
 
+// add_rounds for several rows of x, one register's chains at a time over
+// the whole block: only kWeightRows x kBatch accumulators live at once, so
+// the tile can hold each weight and x vector in a register and load it
+// once (kWeightRows + kBatch loads for kWeightRows * kBatch FMAs), where a
+// core does fewer loads per second than FMAs. Each chain still adds its
+// vectors in order: the same bits.
+template <class V, int kWeightRows, int kBatch, bool kPrefetch>
+void add_rounds_by_register(const float* w, int64_t ldw, const float* x, int64_t ldx, int64_t begin, int64_t end,
+                            float* sums, int64_t sums_ld) {
+  constexpr int kRegs = static_cast<int>(kStep / V::kLanes);
+  constexpr int64_t kLine = 64 / sizeof(float);
+  for (int c = 0; c < kRegs; ++c) {
+    typename V::T acc[kWeightRows][kBatch];
+#pragma GCC unroll 4
+    for (int r = 0; r < kWeightRows; ++r) {
+#pragma GCC unroll 8
+      for (int b = 0; b < kBatch; ++b) acc[r][b] = V::load(sums + r * sums_ld + b * kStep + c * V::kLanes);
+    }
+    for (int64_t i = begin; i < end; i += kStep) {
+      if (kPrefetch && c == 0) {
+#pragma GCC unroll 4
+        for (int r = 0; r < kWeightRows; ++r) {
+#pragma GCC unroll 4
+          for (int64_t line = 0; line < kStep; line += kLine) {
+            __builtin_prefetch(w + r * ldw + i + line + kPrefetchAhead, 0, 2);
+          }
+        }
+      }
+      typename V::T xv[kBatch];
+      typename V::T wv[kWeightRows];
+#pragma GCC unroll 8
+      for (int b = 0; b < kBatch; ++b) xv[b] = V::load(x + b * ldx + i + c * V::kLanes);
+#pragma GCC unroll 4
+      for (int r = 0; r < kWeightRows; ++r) wv[r] = V::load(w + r * ldw + i + c * V::kLanes);
+#pragma GCC unroll 4
+      for (int r = 0; r < kWeightRows; ++r) {
+#pragma GCC unroll 8
+        for (int b = 0; b < kBatch; ++b) acc[r][b] = V::fma(wv[r], xv[b], acc[r][b]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < kWeightRows; ++r) {
+#pragma GCC unroll 8
+      for (int b = 0; b < kBatch; ++b) V::store(sums + r * sums_ld + b * kStep + c * V::kLanes, acc[r][b]);
+    }
+  }
+}
+
 // add_rounds for kBatch rows of x, kPerRead at a time; only the first
 // group prefetches, the others find the weight block in L1.
 template <class V, int kWeightRows, int kBatch, int kPerRead, bool kPrefetch>
 void add_rounds_in_groups(const float* w, int64_t ldw, const float* x, int64_t ldx, int64_t begin, int64_t end,
                           float* sums, int64_t sums_ld) {
   constexpr int kFirst = kBatch < kPerRead ? kBatch : kPerRead;
-  add_rounds<V, kWeightRows, kFirst, kPrefetch>(w, ldw, x, ldx, begin, end, sums, sums_ld);
+  // By register where that leaves enough independent sums to hide the
+  // FMAs' latency.
+  if constexpr (kWeightRows * kFirst >= 8) {
+    add_rounds_by_register<V, kWeightRows, kFirst, kPrefetch>(w, ldw, x, ldx, begin, end, sums, sums_ld);
+  } else {
+    add_rounds<V, kWeightRows, kFirst, kPrefetch>(w, ldw, x, ldx, begin, end, sums, sums_ld);
+  }
   if constexpr (kBatch > kFirst) {
     add_rounds_in_groups<V, kWeightRows, kBatch - kFirst, kPerRead, false>(w, ldw, x + kFirst * ldx, ldx, begin, end,
                                                                            sums + kFirst * kStep, sums_ld);
