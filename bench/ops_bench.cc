@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -52,6 +53,13 @@ double blas_seconds_per_call(F&& f, int repeats) {
   return seconds;
 }
 
+// The kernels OpenBLAS chose when it loaded, by CPU model number: on a CPU
+// it does not know it falls back to slow ones (Prescott, SSE3, on the Intel
+// Xeon of family 6 model 207), and vs_cblas is then against those; run
+// with OPENBLAS_CORETYPE=SkylakeX (Haswell, Zen, ...) or see
+// gemm_libraries_bench for the best library on the machine.
+std::string openblas_label() { return std::string("cblas: OpenBLAS ") + openblas_get_corename(); }
+
 void Matmul(benchmark::State& state) {
   const int64_t m = state.range(0), k = state.range(1), n = state.range(2);
   const sf::Tensor a = sf::randn({m, k}, 1);
@@ -78,6 +86,7 @@ void Matmul(benchmark::State& state) {
   const double op = total / static_cast<double>(state.iterations());
   state.counters["GFLOPS"] = 2.0 * static_cast<double>(m * n * k) / op / 1e9;
   state.counters["vs_cblas"] = blas / op;
+  state.SetLabel(openblas_label());
 }
 BENCHMARK(Matmul)
     ->Args({256, 256, 256})
@@ -109,6 +118,7 @@ void DecodeLinear(benchmark::State& state) {
   const double op = total / static_cast<double>(state.iterations());
   state.counters["GB_s"] = static_cast<double>(n * k * 4) / op / 1e9;
   state.counters["vs_cblas"] = blas / op;
+  state.SetLabel(openblas_label());
 }
 BENCHMARK(DecodeLinear)->Args({32000, 288})->Args({32000, 768})->Args({8192, 2048})->Unit(benchmark::kMillisecond);
 
