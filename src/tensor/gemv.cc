@@ -22,7 +22,6 @@ namespace {
 struct Vec {
   using T = __m256;
   static constexpr int64_t kLanes = 8;
-  static T zero() { return _mm256_setzero_ps(); }
   static T load(const float* p) { return _mm256_loadu_ps(p); }
   static void store(float* p, T v) { _mm256_storeu_ps(p, v); }
   static T broadcast(float x) { return _mm256_set1_ps(x); }
@@ -38,7 +37,6 @@ struct Vec {
 struct Vec {
   using T = float;
   static constexpr int64_t kLanes = 1;
-  static T zero() { return 0.0f; }
   static T load(const float* p) { return *p; }
   static void store(float* p, T v) { *p = v; }
   static T broadcast(float x) { return x; }
@@ -122,7 +120,6 @@ constexpr int64_t kStep = kChains * Vec::kLanes;
 struct PairVec {
   using T = __m512;
   static constexpr int64_t kLanes = 16;
-  static T zero() { return _mm512_setzero_ps(); }
   static T load(const float* p) { return _mm512_loadu_ps(p); }
   static void store(float* p, T v) { _mm512_storeu_ps(p, v); }
   static T fma(T a, T b, T c) { return _mm512_fmadd_ps(a, b, c); }
