@@ -135,6 +135,19 @@ using PairVec = Vec;
 // blocks, which keeps each sum's order.
 constexpr int64_t kRoundsBlock = 1024;
 
+// Prefetches the lines kPrefetchAhead floats past the round at i of each
+// of kWeightRows weight rows (ldw apart).
+template <int kWeightRows>
+void prefetch_round(const float* w, int64_t ldw, int64_t i) {
+  constexpr int64_t kLine = 64 / sizeof(float);
+#pragma GCC unroll 4
+  for (int r = 0; r < kWeightRows; ++r) {
+#pragma GCC unroll 4
+    for (int64_t line = 0; line < kStep; line += kLine)
+      __builtin_prefetch(w + r * ldw + i + line + kPrefetchAhead, 0, 2);
+  }
+}
+
 // Adds the rounds of [begin, end) of k (whole rounds) to the chains of a
 // tile: kWeightRows weight rows (ldw apart) against kBatch rows of x (ldx
 // apart). sums holds each output's kChains chains side by side (kStep
@@ -144,7 +157,6 @@ template <class V, int kWeightRows, int kBatch, bool kPrefetch>
 void add_rounds(const float* w, int64_t ldw, const float* x, int64_t ldx, int64_t begin, int64_t end, float* sums,
                 int64_t sums_ld) {
   constexpr int kRegs = static_cast<int>(kStep / V::kLanes);
-  constexpr int64_t kLine = 64 / sizeof(float);
   typename V::T acc[kWeightRows][kBatch][kRegs];
 #pragma GCC unroll 4
   for (int r = 0; r < kWeightRows; ++r) {
@@ -155,15 +167,7 @@ void add_rounds(const float* w, int64_t ldw, const float* x, int64_t ldx, int64_
     }
   }
   for (int64_t i = begin; i < end; i += kStep) {
-    if constexpr (kPrefetch) {
-#pragma GCC unroll 4
-      for (int r = 0; r < kWeightRows; ++r) {
-#pragma GCC unroll 4
-        for (int64_t line = 0; line < kStep; line += kLine) {
-          __builtin_prefetch(w + r * ldw + i + line + kPrefetchAhead, 0, 2);
-        }
-      }
-    }
+    if constexpr (kPrefetch) prefetch_round<kWeightRows>(w, ldw, i);
 #pragma GCC unroll 4
     for (int c = 0; c < kRegs; ++c) {
       typename V::T xv[kBatch];
@@ -197,7 +201,6 @@ template <class V, int kWeightRows, int kBatch, bool kPrefetch>
 void add_rounds_by_register(const float* w, int64_t ldw, const float* x, int64_t ldx, int64_t begin, int64_t end,
                             float* sums, int64_t sums_ld) {
   constexpr int kRegs = static_cast<int>(kStep / V::kLanes);
-  constexpr int64_t kLine = 64 / sizeof(float);
   for (int c = 0; c < kRegs; ++c) {
     typename V::T acc[kWeightRows][kBatch];
 #pragma GCC unroll 4
@@ -206,15 +209,7 @@ void add_rounds_by_register(const float* w, int64_t ldw, const float* x, int64_t
       for (int b = 0; b < kBatch; ++b) acc[r][b] = V::load(sums + r * sums_ld + b * kStep + c * V::kLanes);
     }
     for (int64_t i = begin; i < end; i += kStep) {
-      if (kPrefetch && c == 0) {
-#pragma GCC unroll 4
-        for (int r = 0; r < kWeightRows; ++r) {
-#pragma GCC unroll 4
-          for (int64_t line = 0; line < kStep; line += kLine) {
-            __builtin_prefetch(w + r * ldw + i + line + kPrefetchAhead, 0, 2);
-          }
-        }
-      }
+      if (kPrefetch && c == 0) prefetch_round<kWeightRows>(w, ldw, i);
       typename V::T xv[kBatch];
       typename V::T wv[kWeightRows];
 #pragma GCC unroll 8

@@ -130,8 +130,9 @@ TEST(Gemv, EachRowOfABatchGetsTheBitsItGetsAlone) {
   for (const int threads : {1, 3}) {
     const KernelThreads scope(threads);
     // k = 5: only the scalar tail; k = 2048: the longest rows read one at a
-    // time, summed in two blocks; k = 2333: weight rows read side by side,
-    // in three blocks and a tail.
+    // time (two blocks where the rows of x come in groups: AVX2); k = 2333:
+    // weight rows read side by side (three blocks and a tail where the rows
+    // of x come in groups: beyond 4 with AVX-512).
     for (const auto& [n, k] :
          {std::pair<int64_t, int64_t>{517, 291}, {129, 311}, {300, 5}, {37, 2048}, {23, 2333}}) {
       const auto b = random_floats(n * k, 8);
