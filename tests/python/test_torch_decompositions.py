@@ -108,9 +108,35 @@ OPS = {
                                          torch.searchsorted(x.nan_to_num(0.0).sort(-1).values, x[..., :2].contiguous(), right=True)),
     # Pooling keeps a channels-last input's layout, as PyTorch's kernels do,
     # so a .view that works eagerly traces.
+    "pooling_ceil_mode": lambda x: (F.max_pool2d(x, 2, ceil_mode=True, return_indices=True),
+                                    F.max_pool2d(x, 3, 2, 1, dilation=(1, 2), ceil_mode=True),
+                                    F.avg_pool2d(x, 2, ceil_mode=True), F.avg_pool2d(x, 3, 2, 1, ceil_mode=True),
+                                    F.avg_pool2d(x, (2, 4), 3, (1, 2), ceil_mode=True, count_include_pad=False),
+                                    F.avg_pool2d(x, 2, 3, ceil_mode=True, divisor_override=3),
+                                    F.max_pool1d(x, 4, 3, ceil_mode=True), F.avg_pool1d(x, 4, 3, 1, ceil_mode=True)),
+    "max_pool_nans": lambda x: (F.max_pool2d(_nans(x), 2, 1, return_indices=True),
+                                F.max_pool2d(_nans(x), 3, 2, 1, ceil_mode=True, return_indices=True),
+                                F.adaptive_max_pool2d(_nans(x), (2, 4), return_indices=True)),
+    "adaptive_max_pool": lambda x: (F.adaptive_max_pool2d(x, (2, 4), return_indices=True),
+                                    F.adaptive_max_pool2d(x.round(), (3, 3), return_indices=True),
+                                    F.adaptive_max_pool2d(x[None], 1), F.adaptive_max_pool2d(x, (5, 6)),
+                                    F.adaptive_max_pool1d(x.round(), 4, return_indices=True)),
+    "conv_transpose": lambda x: (F.conv_transpose2d(x[None], FILTERS_2D[:3], RISING[:3], stride=2, padding=1,
+                                                    output_padding=1),
+                                 F.conv_transpose2d(x[None], FILTERS_2D[:3, :1], stride=(1, 3), padding=(2, 0),
+                                                    dilation=(2, 1)),
+                                 F.conv_transpose1d(x, FILTERS_1D.reshape(5, 4, 1).expand(5, 4, 3), stride=3,
+                                                    padding=4, dilation=2, output_padding=2),
+                                 F.conv_transpose1d(x, FILTERS_1D.reshape(5, 2, 2), groups=5, stride=2)),
+    "scatter_with_reduce": lambda x: (x.scatter(2, (x.abs() * 10).long() % 6, x * 2, reduce="add"),
+                                      x.scatter(2, (x.abs() * 10).long() % 6, x * 2, reduce="multiply"),
+                                      x.scatter(1, (x[:, :2].abs() * 10).long() % 5, 1.5, reduce="multiply"),
+                                      x.scatter(1, (x[:, :2].abs() * 10).long() % 5, -2.0, reduce="add")),
     "pool_then_view": lambda x: (F.avg_pool1d(x.transpose(1, 2), 3, 1, 1).transpose(1, 2).view(3, -1),
                                  F.max_pool1d(x.transpose(1, 2), 2).transpose(1, 2).reshape(-1).view(3, -1),
-                                 F.conv1d(x, FILTERS_1D.expand(4, 5, 3)).view(-1)),
+                                 F.conv1d(x, FILTERS_1D.expand(4, 5, 3)).view(-1),
+                                 F.conv_transpose2d(x[None].permute(0, 3, 1, 2), FILTERS_2D.reshape(6, 4, 3, 1)[:, :2],
+                                                    stride=2).permute(0, 2, 3, 1).view(-1)),
     "linspace": lambda x: x * torch.linspace(-1, 2, 6) + torch.linspace(0, 1, 5)[:, None],
     "one_hot": lambda x: F.one_hot(_classes(x, 4), 4) * x[..., :4],
     "nll_loss_none": lambda x: F.nll_loss(F.log_softmax(x, 1), _classes(x.transpose(1, 2), 5), reduction="none"),
@@ -175,6 +201,11 @@ def _top_p(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     sorted_logits, sorted_indices = torch.sort(logits, descending=False)
     remove = sorted_logits.softmax(dim=-1).cumsum(dim=-1) <= (1 - top_p)
     return logits.masked_fill(remove.scatter(1, sorted_indices, remove), -math.inf)
+
+
+def _nans(x: torch.Tensor) -> torch.Tensor:
+    """x with NaN wherever it is above 0.6: some windows hold several."""
+    return torch.where(x > 0.6, math.nan, x)
 
 
 def _classes(logits: torch.Tensor, count: int) -> torch.Tensor:

@@ -508,7 +508,7 @@ def _windows(x: torch.Tensor, kernel: list[int], stride: list[int], dilation: li
 @_decomposes(aten.convolution.default)
 def _convolution(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
     if transposed:
-        return NotImplemented
+        return _transposed_convolution(x, weight, bias, stride, padding, dilation, output_padding, groups)
     spatial = weight.dim() - 2
     kernel = list(weight.shape[2:])
     pads = [p for k in reversed(range(spatial)) for p in (padding[k], padding[k])]
@@ -530,6 +530,44 @@ def _convolution(x, weight, bias, stride, padding, dilation, transposed, output_
     return _in_layout_of(x, y)
 
 
+# A transposed convolution is the convolution of the input spread out by
+# its stride (stride - 1 zeros between neighbours), padded by each kernel's
+# dilated extent less the padding (cropped where that is negative; the
+# output padding added after), with each group's filters flipped and their
+# in and out channels swapped.
+def _spread(x: torch.Tensor, dim: int, stride: int) -> torch.Tensor:
+    """x with stride - 1 zeros after each element of `dim` but the last."""
+    if stride == 1:
+        return x
+    shape = list(x.shape)
+    zeros = aten.full.default(shape[:dim + 1] + [stride - 1] + shape[dim + 1:], 0, dtype=x.dtype)
+    spread = aten.cat.default([aten.unsqueeze.default(x, dim + 1), zeros], dim + 1)
+    spread = aten.reshape.default(spread, shape[:dim] + [shape[dim] * stride] + shape[dim + 1:])
+    return aten.slice.Tensor(spread, dim, 0, (shape[dim] - 1) * stride + 1)
+
+
+def _transposed_convolution(inputs, weight, bias, stride, padding, dilation, output_padding, groups):
+    spatial = weight.dim() - 2
+    kernel = list(weight.shape[2:])
+    x = inputs
+    for k in range(spatial):
+        x = _spread(x, 2 + k, stride[k])
+    pads = []
+    for k in reversed(range(spatial)):
+        before = dilation[k] * (kernel[k] - 1) - padding[k]
+        pads += [before, before + output_padding[k]]
+    if any(pads):
+        x = aten.constant_pad_nd.default(x, pads, 0.0)
+    # [Cin, Cout/G, *k] -> [G, Cout/G, Cin/G, *k] -> [Cout, Cin/G, *k], flipped.
+    in_channels, out_per_group = weight.shape[0], weight.shape[1]
+    grouped = aten.reshape.default(weight, [groups, in_channels // groups, out_per_group, *kernel])
+    swapped = aten.permute.default(grouped, [0, 2, 1, *range(3, 3 + spatial)])
+    filters = aten.reshape.default(swapped, [groups * out_per_group, in_channels // groups, *kernel])
+    filters = aten.flip.default(filters, list(range(2, 2 + spatial)))
+    ones, zeros = [1] * spatial, [0] * spatial
+    return _in_layout_of(inputs, _convolution(x, filters, bias, ones, zeros, list(dilation), False, zeros, groups))
+
+
 # Pooling over the last two dims, as windows (see _windows) reduced.
 def _pairs(value, default=None) -> list[int]:
     """A pooling argument as [height, width]: one int for both, or default when empty."""
@@ -541,47 +579,82 @@ def _pairs(value, default=None) -> list[int]:
     return value * 2 if len(value) == 1 else value
 
 
-def _padded_last_two(x: torch.Tensor, padding: list[int], value: float) -> torch.Tensor:
-    if not any(padding):
+def _overhang(size: int, kernel: int, stride: int, padding: int, dilation: int, ceil_mode: bool) -> int:
+    """How far past the padded input the last window reaches: with ceil_mode
+    a partial window at the end counts if it starts inside the input or its
+    left padding (PyTorch's output size rule), else none does."""
+    span = dilation * (kernel - 1) + 1
+    if not ceil_mode:
+        return 0
+    out = (size + 2 * padding - span + stride - 1) // stride + 1
+    if (out - 1) * stride >= size + padding:
+        out -= 1
+    return max(0, (out - 1) * stride + span - (size + 2 * padding))
+
+
+def _padded_last_two(x: torch.Tensor, before: list[int], after: list[int], value: float) -> torch.Tensor:
+    if not any(before) and not any(after):
         return x
-    return aten.constant_pad_nd.default(x, [padding[1], padding[1], padding[0], padding[0]], value)
+    return aten.constant_pad_nd.default(x, [before[1], after[1], before[0], after[0]], value)
+
+
+def _pool_geometry(x, kernel_size, stride, padding, dilation, ceil_mode):
+    """kernel, stride, dilation, and the padding before and after the last two dims."""
+    kernel, padding, dilation = _pairs(kernel_size), _pairs(padding), _pairs(dilation)
+    stride = _pairs(stride, kernel)
+    after = [padding[i] + _overhang(x.shape[-2 + i], kernel[i], stride[i], padding[i], dilation[i], ceil_mode)
+             for i in range(2)]
+    return kernel, stride, dilation, padding, after
 
 
 @_decomposes(aten.avg_pool2d.default)
 def _avg_pool2d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
                 divisor_override=None):
-    if ceil_mode:
-        return NotImplemented
-    kernel, padding = _pairs(kernel_size), _pairs(padding)
-    stride = _pairs(stride, kernel)
-    sums = aten.sum.dim_IntList(_windows(_padded_last_two(x, padding, 0.0), kernel, stride, [1, 1]), [-2, -1])
+    kernel, stride, dilation, before, after = _pool_geometry(x, kernel_size, stride, padding, 1, ceil_mode)
+    sums = aten.sum.dim_IntList(_windows(_padded_last_two(x, before, after, 0.0), kernel, stride, dilation),
+                                [-2, -1])
     if divisor_override is not None:
         return _in_layout_of(x, sums / divisor_override)
-    if count_include_pad or not any(padding):
+    if before == after and (count_include_pad or not any(before)):
         return _in_layout_of(x, sums / (kernel[0] * kernel[1]))
-    # The windows' elements inside the input: windows of a padded ones.
-    ones = aten.full.default(list(x.shape[-2:]), 1.0, dtype=x.dtype)
-    counts = aten.sum.dim_IntList(_windows(_padded_last_two(ones, padding, 0.0), kernel, stride, [1, 1]), [-2, -1])
+    # Each window's divisor: its elements inside the input (with the
+    # padding, if counted; never past it), as windows of a padded ones.
+    height, width = x.shape[-2:]
+    if count_include_pad:
+        ones = aten.full.default([height + 2 * before[0], width + 2 * before[1]], 1.0, dtype=x.dtype)
+        ones = _padded_last_two(ones, [0, 0], [a - b for a, b in zip(after, before)], 0.0)
+    else:
+        ones = _padded_last_two(aten.full.default([height, width], 1.0, dtype=x.dtype), before, after, 0.0)
+    counts = aten.sum.dim_IntList(_windows(ones, kernel, stride, dilation), [-2, -1])
     return _in_layout_of(x, sums / counts)
+
+
+def _max_pool_choice(windows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The maximum of each window (the last dim) and its position there, as
+    PyTorch's max-pooling kernels choose it: the first maximum, or the last
+    NaN where there is one (its running maximum takes every NaN it meets)."""
+    values = aten.amax.default(windows, [-1], True)
+    first_maximum = aten.argmax.default(windows, -1, True)
+    nans_from_the_end = aten.flip.default(aten.isnan.default(windows), [-1]).to(torch.int32)
+    last_nan = (windows.shape[-1] - 1) - aten.argmax.default(nans_from_the_end, -1, True)
+    chosen = aten.where.self(aten.isnan.default(values), last_nan, first_maximum)
+    return aten.squeeze.dim(values, -1), aten.squeeze.dim(chosen, -1)
 
 
 @_decomposes(aten.max_pool2d_with_indices.default)
 def _max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
-    if ceil_mode:
-        return NotImplemented
-    kernel, padding, dilation = _pairs(kernel_size), _pairs(padding), _pairs(dilation)
-    stride = _pairs(stride, kernel)
+    kernel, stride, dilation, before, after = _pool_geometry(x, kernel_size, stride, padding, dilation, ceil_mode)
     height, width = x.shape[-2:]
-    windows = _windows(_padded_last_two(x, padding, -math.inf), kernel, stride, dilation)
+    windows = _windows(_padded_last_two(x, before, after, -math.inf), kernel, stride, dilation)
     flat = aten.reshape.default(windows, [*windows.shape[:-2], kernel[0] * kernel[1]])
-    values = aten.amax.default(flat, [-1])
+    values, chosen = _max_pool_choice(flat)
     # Indices into each input plane (h * width + w), as PyTorch's: the
     # flat positions, windowed alike, picked where the maximum is.
     positions = aten.reshape.default(aten.arange.default(height * width, dtype=torch.int64), [height, width])
-    position_windows = _windows(_padded_last_two(positions, padding, -1), kernel, stride, dilation)
+    position_windows = _windows(_padded_last_two(positions, before, after, -1), kernel, stride, dilation)
     position_flat = aten.reshape.default(position_windows, [*position_windows.shape[:-2], kernel[0] * kernel[1]])
-    chosen = aten.argmax.default(flat, -1, True)
-    indices = aten.gather.default(aten.expand.default(position_flat, list(flat.shape)), -1, chosen)
+    indices = aten.gather.default(aten.expand.default(position_flat, list(flat.shape)), -1,
+                                  aten.unsqueeze.default(chosen, -1))
     return _in_layout_of(x, values), _in_layout_of(x, aten.squeeze.dim(indices, -1))
 
 
@@ -600,6 +673,61 @@ def _adaptive_avg_pool2d(x, output_size):
     rows = _adaptive_weights(x.shape[-2], output_size[0], x.dtype)  # [OH, H]
     columns = _adaptive_weights(x.shape[-1], output_size[1], x.dtype)  # [OW, W]
     return _in_layout_of(x, aten.matmul.default(aten.matmul.default(rows, x), aten.permute.default(columns, [1, 0])))
+
+
+def _adaptive_window_positions(size: int, out: int) -> torch.Tensor:
+    """[out, longest window]: the positions of window o, [floor(o * size /
+    out), ceil((o + 1) * size / out)), its last repeated to fill the row (a
+    repeat never changes a window's maximum nor which element is first)."""
+    longest = max(-(-(o + 1) * size // out) - o * size // out for o in range(out))
+    o = aten.unsqueeze.default(aten.arange.default(out, dtype=torch.int64), 1)
+    start = (o * size) // out
+    last = ((o + 1) * size + out - 1) // out - 1
+    return aten.minimum.default(start + aten.unsqueeze.default(aten.arange.default(longest, dtype=torch.int64), 0),
+                                last)
+
+
+@_decomposes(aten.adaptive_max_pool2d.default)
+def _adaptive_max_pool2d(x, output_size):
+    """Each window's maximum along its rows, then along the column of row
+    maxima: the first maximum in row-major order, or its last NaN, which is
+    the element PyTorch's kernel reports."""
+    height, width = x.shape[-2:]
+    rows = _adaptive_window_positions(height, output_size[0])  # [OH, KH]
+    columns = _adaptive_window_positions(width, output_size[1])  # [OW, KW]
+    lead = x.dim() - 2
+    in_rows = aten.index.Tensor(x, [None] * (lead + 1) + [columns])  # [..., H, OW, KW]
+    row_values, row_choice = _max_pool_choice(in_rows)  # [..., H, OW]
+    row_column = aten.gather.default(aten.expand.default(columns, list(in_rows.shape)), -1,
+                                     aten.unsqueeze.default(row_choice, -1))[..., 0]  # [..., H, OW]
+    in_columns = aten.index.Tensor(row_values, [None] * lead + [rows])  # [..., OH, KH, OW]
+    in_columns = aten.transpose.int(in_columns, -1, -2)  # [..., OH, OW, KH]
+    values, choice = _max_pool_choice(in_columns)  # [..., OH, OW]
+    row = aten.gather.default(aten.expand.default(aten.unsqueeze.default(rows, 1), list(in_columns.shape)), -1,
+                              aten.unsqueeze.default(choice, -1))[..., 0]  # [..., OH, OW]
+    column = aten.gather.default(row_column, -2, row)
+    return _in_layout_of(x, values), _in_layout_of(x, row * width + column)
+
+
+@_decomposes(aten.adaptive_max_pool1d.default)
+def _adaptive_max_pool1d(x, output_size):
+    values, indices = _adaptive_max_pool2d(aten.unsqueeze.default(x, -2), [1, output_size[0]])
+    return aten.squeeze.dim(values, -2), aten.squeeze.dim(indices, -2)
+
+
+# The deprecated scatter(..., reduce=): scatter_reduce including self.
+_SCATTER_REDUCTIONS = {"add": "sum", "multiply": "prod"}
+
+
+@_decomposes(aten.scatter.reduce)
+def _scatter_reduce_deprecated(x, dim, index, src, *, reduce):
+    return aten.scatter_reduce.two(x, dim, index, src, _SCATTER_REDUCTIONS[reduce], include_self=True)
+
+
+@_decomposes(aten.scatter.value_reduce)
+def _scatter_value_reduce_deprecated(x, dim, index, value, *, reduce):
+    src = aten.full.default(list(index.shape), value, dtype=x.dtype)
+    return aten.scatter_reduce.two(x, dim, index, src, _SCATTER_REDUCTIONS[reduce], include_self=True)
 
 
 @_decomposes(aten.new_full.default)
