@@ -165,7 +165,7 @@ class CompiledGraph:
         inputs, shardings, in_place = _state.as_inputs(args, self.written, _refuse_non_tensor)
         prepared = self.prepare(shardings)
         adopted = [(index, sharding, written) for index, sharding, written in prepared.adopt
-                   if written or (isinstance(args[index], torch.nn.Parameter) and not args[index].is_complex())]
+                   if written or (_is_parameter(args[index]) and not args[index].is_complex())]
         if adopted:
             # The model's state the user did not mark (its weights, a KV
             # cache) keeps the layout propagation chose, as PyTorch/XLA keeps
@@ -208,6 +208,12 @@ class CompiledGraph:
         # the work queued before it.
         _check_assertions(prepared.assertions, outputs)
         return results
+
+
+def _is_parameter(t: torch.Tensor) -> bool:
+    # Parameter's isinstance runs Python (it also accepts tensor subclasses
+    # flagged _is_param); a plain tensor, what most inputs are, is not one.
+    return type(t) is not torch.Tensor and isinstance(t, torch.nn.Parameter)
 
 
 def _check_assertions(messages: list[str], outputs: list[sf.Tensor]) -> None:
