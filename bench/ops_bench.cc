@@ -184,10 +184,11 @@ void DecodeLinearFromMemory(benchmark::State& state) {
   state.counters["llc_MiB"] = static_cast<double>(sf::bench::llc_bytes()) / (1 << 20);
   state.SetLabel("weights from memory: >= 1 GiB and >= 4x the last-level cache");
 }
-// Columns: a 7B-shaped w2's 11008 rounded to 8192, and stories110M's 768
-// (short rows, read differently: see gemv.cc).
+// Columns: a 7B-shaped w2's 11008 rounded to 8192, stories110M's w2 (2048,
+// the longest rows read as short ones) and its other matrices' 768 (short
+// rows, read differently: see gemv.cc).
 BENCHMARK(DecodeLinearFromMemory)
-    ->ArgsProduct({{1, 8}, {1, 2}, {8192, 768}})
+    ->ArgsProduct({{1, 8}, {1, 2}, {8192, 2048, 768}})
     ->Iterations(1)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);

@@ -84,6 +84,16 @@ constexpr int kLongRowTile = 2;
 constexpr int kRowsPerRead = 2;
 constexpr int kRowsPerLongRead = 1;
 #endif
+// Short weight rows read against all the rows of x at once (a batch of up
+// to kRowsPerRead, summed over the whole row) need those rows in L1 beside
+// the weight stream: beyond this many floats (32 KiB) they are read as
+// long rows are, kLongRowTile weight rows side by side over blocks of k.
+// Xeon model 207, one thread, 8 rows of x against 1.2 GiB of weights of
+// 2048 columns (stories110M's w2), medians against a streaming read:
+// 0.39-0.43 -> 0.50-0.59 (ops_bench), 0.41-0.43 -> 0.57 (15 rounds); at
+// 768 columns (24 KiB of x) reading one weight row at a time stays ahead
+// (0.59-0.62 against 0.53-0.59).
+constexpr int64_t kShortRowsInL1 = 8192;
 // Short rows against one row of x are read from kStreams far-apart runs of
 // a part at once, a row of each side by side: some cores fetch more with
 // several sequential streams in flight. AMD EPYC Zen 2, 32000 x 768 from
@@ -135,16 +145,40 @@ using PairVec = Vec;
 // blocks, which keeps each sum's order.
 constexpr int64_t kRoundsBlock = 1024;
 
-// Prefetches the lines kPrefetchAhead floats past the round at i of each
+// Where the weight rows read kPrefetchAhead floats after the current round
+// lie. Inside the row while that is short of its end; past it, in the row
+// read next: the following row in memory when each tile row is a run of
+// rows of its own (one row, or far-apart runs), and the same row of the
+// next tile when the tile's rows are adjacent (the rows after them in
+// memory belong to the tile itself), at most a row ahead there. Before, a
+// tile of adjacent rows prefetched its own next row there, so each tile
+// started on demand misses; with short rows (k <= kPrefetchAhead) nearly
+// every prefetch of such a tile fell inside it.
+struct PrefetchPlan {
+  int64_t ahead;    // floats
+  int64_t row_end;  // k
+  int64_t spill;    // added once the target passes the row's end
+
+  PrefetchPlan(int64_t k, int64_t spacing, int weight_rows) : ahead(kPrefetchAhead), row_end(k), spill(0) {
+    if (spacing == 1 && weight_rows > 1) {
+      ahead = std::min(kPrefetchAhead, k);
+      spill = (weight_rows - 1) * k;
+    }
+  }
+
+  int64_t offset(int64_t i) const { return i + ahead + (i + ahead >= row_end ? spill : 0); }
+};
+
+// Prefetches, into L2, the lines `plan` puts after the round at i of each
 // of kWeightRows weight rows (ldw apart).
 template <int kWeightRows>
-void prefetch_round(const float* w, int64_t ldw, int64_t i) {
+void prefetch_round(const float* w, int64_t ldw, int64_t i, const PrefetchPlan& plan) {
   constexpr int64_t kLine = 64 / sizeof(float);
+  const float* ahead = w + plan.offset(i);
 #pragma GCC unroll 4
   for (int r = 0; r < kWeightRows; ++r) {
 #pragma GCC unroll 4
-    for (int64_t line = 0; line < kStep; line += kLine)
-      __builtin_prefetch(w + r * ldw + i + line + kPrefetchAhead, 0, 2);
+    for (int64_t line = 0; line < kStep; line += kLine) __builtin_prefetch(ahead + r * ldw + line, 0, 2);
   }
 }
 
@@ -155,7 +189,7 @@ void prefetch_round(const float* w, int64_t ldw, int64_t i) {
 // consecutive chains.
 template <class V, int kWeightRows, int kBatch, bool kPrefetch>
 void add_rounds(const float* w, int64_t ldw, const float* x, int64_t ldx, int64_t begin, int64_t end, float* sums,
-                int64_t sums_ld) {
+                int64_t sums_ld, const PrefetchPlan& plan) {
   constexpr int kRegs = static_cast<int>(kStep / V::kLanes);
   typename V::T acc[kWeightRows][kBatch][kRegs];
 #pragma GCC unroll 4
@@ -167,7 +201,7 @@ void add_rounds(const float* w, int64_t ldw, const float* x, int64_t ldx, int64_
     }
   }
   for (int64_t i = begin; i < end; i += kStep) {
-    if constexpr (kPrefetch) prefetch_round<kWeightRows>(w, ldw, i);
+    if constexpr (kPrefetch) prefetch_round<kWeightRows>(w, ldw, i, plan);
 #pragma GCC unroll 4
     for (int c = 0; c < kRegs; ++c) {
       typename V::T xv[kBatch];
@@ -199,7 +233,7 @@ void add_rounds(const float* w, int64_t ldw, const float* x, int64_t ldx, int64_
 // vectors in order: the same bits.
 template <class V, int kWeightRows, int kBatch, bool kPrefetch>
 void add_rounds_by_register(const float* w, int64_t ldw, const float* x, int64_t ldx, int64_t begin, int64_t end,
-                            float* sums, int64_t sums_ld) {
+                            float* sums, int64_t sums_ld, const PrefetchPlan& plan) {
   constexpr int kRegs = static_cast<int>(kStep / V::kLanes);
   for (int c = 0; c < kRegs; ++c) {
     typename V::T acc[kWeightRows][kBatch];
@@ -209,7 +243,7 @@ void add_rounds_by_register(const float* w, int64_t ldw, const float* x, int64_t
       for (int b = 0; b < kBatch; ++b) acc[r][b] = V::load(sums + r * sums_ld + b * kStep + c * V::kLanes);
     }
     for (int64_t i = begin; i < end; i += kStep) {
-      if (kPrefetch && c == 0) prefetch_round<kWeightRows>(w, ldw, i);
+      if (kPrefetch && c == 0) prefetch_round<kWeightRows>(w, ldw, i, plan);
       typename V::T xv[kBatch];
       typename V::T wv[kWeightRows];
 #pragma GCC unroll 8
@@ -234,18 +268,18 @@ void add_rounds_by_register(const float* w, int64_t ldw, const float* x, int64_t
 // group prefetches, the others find the weight block in L1.
 template <class V, int kWeightRows, int kBatch, int kPerRead, bool kPrefetch>
 void add_rounds_in_groups(const float* w, int64_t ldw, const float* x, int64_t ldx, int64_t begin, int64_t end,
-                          float* sums, int64_t sums_ld) {
+                          float* sums, int64_t sums_ld, const PrefetchPlan& plan) {
   constexpr int kFirst = kBatch < kPerRead ? kBatch : kPerRead;
   // By register where that leaves enough independent sums to hide the
   // FMAs' latency.
   if constexpr (kWeightRows * kFirst >= 8) {
-    add_rounds_by_register<V, kWeightRows, kFirst, kPrefetch>(w, ldw, x, ldx, begin, end, sums, sums_ld);
+    add_rounds_by_register<V, kWeightRows, kFirst, kPrefetch>(w, ldw, x, ldx, begin, end, sums, sums_ld, plan);
   } else {
-    add_rounds<V, kWeightRows, kFirst, kPrefetch>(w, ldw, x, ldx, begin, end, sums, sums_ld);
+    add_rounds<V, kWeightRows, kFirst, kPrefetch>(w, ldw, x, ldx, begin, end, sums, sums_ld, plan);
   }
   if constexpr (kBatch > kFirst) {
     add_rounds_in_groups<V, kWeightRows, kBatch - kFirst, kPerRead, false>(w, ldw, x + kFirst * ldx, ldx, begin, end,
-                                                                           sums + kFirst * kStep, sums_ld);
+                                                                           sums + kFirst * kStep, sums_ld, plan);
   }
 }
 
@@ -278,10 +312,11 @@ void dot_rows(const float* w, int64_t spacing, int64_t k, const float* x, int64_
   const int64_t whole = k / kStep * kStep;
   constexpr bool kGroups = kBatch > kPerRead;
   const int64_t block = kGroups ? kRoundsBlock : whole;
+  const PrefetchPlan plan(k, spacing, kWeightRows);
   for (int64_t begin = 0; begin < whole; begin += block) {
     const int64_t end = std::min(whole, begin + block);
     add_rounds_in_groups<V, kWeightRows, kBatch, kPerRead, true>(w, ldw, x, ldx, begin, end, &sums[0][0][0],
-                                                                 kBatch * kStep);
+                                                                 kBatch * kStep, plan);
   }
   for (int r = 0; r < kWeightRows; ++r) {
     for (int b = 0; b < kBatch; ++b) {
@@ -302,7 +337,7 @@ template <int kBatch>
 void gemv_rows(int64_t begin, int64_t end, int64_t k, const float* w, const float* x, int64_t ldx, float* y,
                int64_t ldy, bool accumulate) {
   int64_t r = begin;
-  if (k > kLongRow) {
+  if (k > kLongRow || (kBatch <= kRowsPerRead && kBatch * k > kShortRowsInL1)) {
     for (; r + kLongRowTile <= end; r += kLongRowTile) {
       dot_rows<RowsVec<kBatch>, kLongRowTile, kBatch, kRowsPerLongRead>(w + r * k, 1, k, x, ldx, y + r, ldy,
                                                                         accumulate);

@@ -130,7 +130,9 @@ TEST(Gemv, EachRowOfABatchGetsTheBitsItGetsAlone) {
   for (const int threads : {1, 3}) {
     const KernelThreads scope(threads);
     // k = 5: only the scalar tail; k = 2048: the longest rows read one at a
-    // time (two blocks where the rows of x come in groups: AVX2); k = 2333:
+    // time (two blocks where the rows of x come in groups: AVX2; with
+    // AVX-512, from 5 rows of x on, past 32 KiB, read side by side as long
+    // rows are); k = 2333:
     // weight rows read side by side (three blocks and a tail where the rows
     // of x come in groups: beyond 4 with AVX-512).
     for (const auto& [n, k] :
@@ -152,13 +154,14 @@ TEST(Gemv, EachRowOfABatchGetsTheBitsItGetsAlone) {
   }
 }
 
-// Long weight rows are read several side by side, short ones against one
-// row of x from several far-apart runs at once, and the rows left over one
-// at a time: a row gets the same bits wherever it falls.
+// Long weight rows are read several side by side (short ones too where
+// the rows of x they meet at once pass 32 KiB), short ones against one row
+// of x from several far-apart runs at once, and the rows left over one at
+// a time: a row gets the same bits wherever it falls.
 TEST(Gemv, EachWeightRowGetsTheSameBitsWhereverItFallsInATile) {
   const KernelThreads one(1);
   for (const auto& [n, k, m] : {std::tuple<int64_t, int64_t, int64_t>{11, 4099, 1}, {11, 4099, 3}, {11, 4099, 8},
-                                {23, 300, 1}, {23, 300, 2}}) {
+                                {23, 300, 1}, {23, 300, 2}, {11, 2048, 5}, {11, 2048, 8}}) {
     const auto b = random_floats(n * k, 30);
     const auto a = random_floats(m * k, 31);
     const std::vector<float> c_in(static_cast<std::size_t>(m * n), 0.0f);
