@@ -375,8 +375,7 @@ C floored_quotient(C a, C b) {
     const C whole = std::floor(q);
     return q - whole > C{0.5} ? whole + 1 : whole;
   } else {
-    const C q = truncated_quotient(a, b);
-    return (b != -1 && a % b != 0 && (a < 0) != (b < 0)) ? static_cast<C>(q - 1) : q;
+    return floored_from_truncated(truncated_quotient(a, b), a, b);
   }
 }
 

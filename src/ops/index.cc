@@ -695,9 +695,7 @@ DenseTensor scatter_in_window(const OpArgs& args, std::span<const DenseTensor> i
           const auto total = static_cast<C>(count[at] + (include_self ? 1 : 0));
           const C sum = load(dst[at]);
           C mean = static_cast<C>(sum / total);
-          if constexpr (std::is_integral_v<C>) {
-            if (sum % total != 0 && (sum < 0) != (total < 0)) --mean;
-          }
+          if constexpr (std::is_integral_v<C>) mean = floored_from_truncated(mean, sum, total);
           dst[at] = store<T>(mean);
         }
         break;

@@ -39,6 +39,14 @@ bool is_nan(A value) {
   }
 }
 
+// Python's // on integers from C++'s truncating a / b (given as
+// `truncated`): one less where the division is inexact and the signs
+// differ. b is not 0; b == -1 divides exactly (and a % -1 could overflow).
+template <class C>
+C floored_from_truncated(C truncated, C a, C b) {
+  return (b != -1 && a % b != 0 && (a < 0) != (b < 0)) ? static_cast<C>(truncated - 1) : truncated;
+}
+
 // Calls row(n, offsets, inner_strides) for every row of the broadcast
 // output: `n` consecutive output elements; `offsets[i]` is the element offset
 // of the row's first element in operand i; `inner_strides[i]` is 0 or 1.
