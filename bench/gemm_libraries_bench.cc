@@ -33,6 +33,7 @@
 #include <utility>
 #include <vector>
 
+#include "openblas_kernels.h"
 #include "shardflow/tensor/gemm.h"
 
 namespace sf = shardflow;
@@ -107,7 +108,7 @@ std::optional<Library> open_blis() {
 }
 
 Library openblas() {
-  return {std::string("OpenBLAS ") + openblas_get_corename(), [](int t) { openblas_set_num_threads(t); },
+  return {sf::bench::openblas_kernels(), [](int t) { openblas_set_num_threads(t); },
           [](const Product& p, const float* a, const float* b, float* c) {
             cblas_sgemm(CblasRowMajor, CblasNoTrans, p.transpose_b ? CblasTrans : CblasNoTrans, static_cast<int>(p.m),
                         static_cast<int>(p.n), static_cast<int>(p.k), 1.0f, a, static_cast<int>(p.k), b,

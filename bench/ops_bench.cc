@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "bandwidth_probe.h"
+#include "openblas_kernels.h"
 #include "shardflow/tensor/gemm.h"
 #include "shardflow/trace/ops.h"
 
@@ -53,12 +54,9 @@ double blas_seconds_per_call(F&& f, int repeats) {
   return seconds;
 }
 
-// The kernels OpenBLAS chose when it loaded, by CPU model number: on a CPU
-// it does not know it falls back to slow ones (Prescott, SSE3, on the Intel
-// Xeon of family 6 model 207), and vs_cblas is then against those; run
-// with OPENBLAS_CORETYPE=SkylakeX (Haswell, Zen, ...) or see
-// gemm_libraries_bench for the best library on the machine.
-std::string openblas_label() { return std::string("cblas: OpenBLAS ") + openblas_get_corename(); }
+// The kernels OpenBLAS chose (see openblas_kernels.h): vs_cblas is against
+// those; gemm_libraries_bench finds the best library on the machine.
+std::string openblas_label() { return "cblas: " + sf::bench::openblas_kernels(); }
 
 void Matmul(benchmark::State& state) {
   const int64_t m = state.range(0), k = state.range(1), n = state.range(2);
