@@ -9,6 +9,7 @@ checks that the shards' padding is not divided by."""
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 import torch
@@ -250,6 +251,72 @@ def test_integer_op_matches_eager_on_a_sharded_input(spmd, name, spec):
     expected, got = eager_and_compiled(INTEGER_OPS[name], x, spec)
     assert got.dtype == expected.dtype
     torch.testing.assert_close(got, expected, rtol=1e-6, atol=0)
+
+
+def _random_transposed_convolution(rng: random.Random):
+    """F.conv_transpose{1,2,3}d with random geometry, and an input for it."""
+    spatial = rng.choice([1, 2, 3])
+    groups = rng.choice([1, 2])
+    stride = [rng.randint(1, 3) for _ in range(spatial)]
+    dilation = [rng.randint(1, 2) for _ in range(spatial)]
+    kernel = [rng.randint(1, 3) for _ in range(spatial)]
+    padding = [rng.randint(0, 2) for _ in range(spatial)]
+    # PyTorch requires each output padding below its stride or dilation.
+    output_padding = [rng.randint(0, max(s, d) - 1) for s, d in zip(stride, dilation)]
+    in_channels = groups * rng.randint(1, 2)
+    g = torch.Generator().manual_seed(rng.randrange(1 << 31))
+    weight = torch.randn(in_channels, rng.randint(1, 3), *kernel, generator=g)
+    bias = torch.randn(weight.shape[1] * groups, generator=g) if rng.random() < 0.5 else None
+    x = torch.randn(rng.randint(2, 3), in_channels, *[rng.randint(2, 5) for _ in range(spatial)], generator=g)
+    conv = (F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d)[spatial - 1]
+    return (lambda x: conv(x, weight, bias, stride, padding, output_padding, groups, dilation)), x
+
+
+def _random_pooling(rng: random.Random):
+    """A 2-D max or average pool with random geometry, ceil_mode and
+    count_include_pad, or an adaptive max pool, and an input for it (with
+    NaNs, some windows holding several)."""
+    kernel = [rng.randint(1, 3) for _ in range(2)]
+    stride = [rng.randint(1, 3) for _ in range(2)]
+    padding = [rng.randint(0, k // 2) for k in kernel]  # PyTorch: at most half the kernel
+    ceil_mode = rng.random() < 0.5
+    g = torch.Generator().manual_seed(rng.randrange(1 << 31))
+    x = torch.randn(rng.randint(2, 3), 2, rng.randint(3, 7), rng.randint(3, 7), generator=g)
+    x[torch.rand(x.shape, generator=g) < 0.1] = math.nan
+    kind = rng.choice(["max", "avg", "adaptive"])
+    if kind == "max":
+        dilation = [rng.randint(1, 2) for _ in range(2)]
+        return (lambda x: F.max_pool2d(x, kernel, stride, padding, dilation, ceil_mode, return_indices=True)), x
+    if kind == "avg":
+        count_include_pad = rng.random() < 0.5
+        return (lambda x: F.avg_pool2d(x, kernel, stride, padding, ceil_mode, count_include_pad)), x
+    out = [rng.randint(1, x.shape[2]), rng.randint(1, x.shape[3])]
+    return (lambda x: F.adaptive_max_pool2d(x, out, return_indices=True)), x
+
+
+@pytest.mark.parametrize("make", [_random_transposed_convolution, _random_pooling])
+@pytest.mark.parametrize("seed", range(16))
+def test_random_geometries_match_eager_with_the_batch_sharded(spmd, make, seed):
+    spmd(2)
+    rng = random.Random(seed)
+    while True:  # geometries PyTorch rejects (an empty output) are drawn again
+        op, x = make(rng)
+        try:
+            expected = op(x)
+        except RuntimeError:
+            continue
+        # Eager conv_transpose returns an empty output its meta function
+        # (what Dynamo traces with) rejects.
+        if all(t.numel() > 0 for t in (expected if isinstance(expected, tuple) else (expected,))):
+            break
+
+    def f(x):
+        xs.mark_sharding(x, xs.Mesh(torch.arange(2), (2,)), (0,) + (None,) * (x.dim() - 1))
+        return op(x)
+
+    with torch.no_grad():
+        got = torch.compile(f, backend="shardflow", dynamic=False)(x)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5, equal_nan=True)
 
 
 def test_integer_division_by_zero_is_pytorchs_error(spmd):
