@@ -275,7 +275,7 @@ def _random_transposed_convolution(rng: random.Random):
 def _random_pooling(rng: random.Random):
     """A 2-D max or average pool with random geometry, ceil_mode and
     count_include_pad, or an adaptive max pool, and an input for it (with
-    NaNs, some windows holding several)."""
+    NaNs, some windows holding several, and -inf, a row of it whole)."""
     kernel = [rng.randint(1, 3) for _ in range(2)]
     stride = [rng.randint(1, 3) for _ in range(2)]
     padding = [rng.randint(0, k // 2) for k in kernel]  # PyTorch: at most half the kernel
@@ -283,6 +283,8 @@ def _random_pooling(rng: random.Random):
     g = torch.Generator().manual_seed(rng.randrange(1 << 31))
     x = torch.randn(rng.randint(2, 3), 2, rng.randint(3, 7), rng.randint(3, 7), generator=g)
     x[torch.rand(x.shape, generator=g) < 0.1] = math.nan
+    x[torch.rand(x.shape, generator=g) < 0.1] = -math.inf
+    x[0, 0, 0] = -math.inf
     kind = rng.choice(["max", "avg", "adaptive"])
     if kind == "max":
         dilation = [rng.randint(1, 2) for _ in range(2)]

@@ -655,6 +655,11 @@ def _max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, c
     position_flat = aten.reshape.default(position_windows, [*position_windows.shape[:-2], kernel[0] * kernel[1]])
     indices = aten.gather.default(aten.expand.default(position_flat, list(flat.shape)), -1,
                                   aten.unsqueeze.default(chosen, -1))
+    # A window whose maximum is -inf may have picked its padding (-1):
+    # PyTorch's kernels report the window's first element in the input.
+    first_inside = aten.gather.default(position_flat, -1,
+                                       aten.argmax.default((position_flat >= 0).to(torch.int32), -1, True))
+    indices = aten.where.self(indices < 0, first_inside, indices)
     return _in_layout_of(x, values), _in_layout_of(x, aten.squeeze.dim(indices, -1))
 
 
