@@ -655,19 +655,25 @@ def _max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, c
     position_flat = aten.reshape.default(position_windows, [*position_windows.shape[:-2], kernel[0] * kernel[1]])
     indices = aten.gather.default(aten.expand.default(position_flat, list(flat.shape)), -1,
                                   aten.unsqueeze.default(chosen, -1))
-    # A window whose maximum is -inf may have picked its padding (-1):
-    # PyTorch's kernels report the window's first element in the input.
-    first_inside = aten.gather.default(position_flat, -1,
-                                       aten.argmax.default((position_flat >= 0).to(torch.int32), -1, True))
-    indices = aten.where.self(indices < 0, first_inside, indices)
+    if any(before) or any(after):
+        # A window whose maximum is -inf may have picked its padding (-1):
+        # PyTorch's kernels report the window's first element in the input.
+        first_inside = aten.gather.default(position_flat, -1,
+                                           aten.argmax.default((position_flat >= 0).to(torch.int32), -1, True))
+        indices = aten.where.self(indices < 0, first_inside, indices)
     return _in_layout_of(x, values), _in_layout_of(x, aten.squeeze.dim(indices, -1))
 
 
+def _adaptive_windows(size: int, out: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """[out, 1] each: adaptive pooling's window o over `size` elements is
+    [floor(o * size / out), ceil((o + 1) * size / out))."""
+    o = aten.unsqueeze.default(aten.arange.default(out, dtype=torch.int64), 1)
+    return (o * size) // out, ((o + 1) * size + out - 1) // out
+
+
 def _adaptive_weights(size: int, out: int, dtype: torch.dtype) -> torch.Tensor:
-    """[out, size]: row o averages window [floor(o * size / out), ceil((o + 1) * size / out))."""
-    o = aten.arange.default(out, dtype=torch.int64)
-    start = aten.unsqueeze.default((o * size) // out, 1)
-    end = aten.unsqueeze.default(((o + 1) * size + out - 1) // out, 1)
+    """[out, size]: row o averages window o (see _adaptive_windows)."""
+    start, end = _adaptive_windows(size, out)
     i = aten.unsqueeze.default(aten.arange.default(size, dtype=torch.int64), 0)
     inside = aten.bitwise_and.Tensor(i >= start, i < end)
     return inside.to(dtype) / (end - start).to(dtype)
@@ -681,15 +687,13 @@ def _adaptive_avg_pool2d(x, output_size):
 
 
 def _adaptive_window_positions(size: int, out: int) -> torch.Tensor:
-    """[out, longest window]: the positions of window o, [floor(o * size /
-    out), ceil((o + 1) * size / out)), its last repeated to fill the row (a
-    repeat never changes a window's maximum nor which element is first)."""
+    """[out, longest window]: the positions of window o (see
+    _adaptive_windows), its last repeated to fill the row (a repeat never
+    changes a window's maximum nor which element is first)."""
     longest = max(-(-(o + 1) * size // out) - o * size // out for o in range(out))
-    o = aten.unsqueeze.default(aten.arange.default(out, dtype=torch.int64), 1)
-    start = (o * size) // out
-    last = ((o + 1) * size + out - 1) // out - 1
+    start, end = _adaptive_windows(size, out)
     return aten.minimum.default(start + aten.unsqueeze.default(aten.arange.default(longest, dtype=torch.int64), 0),
-                                last)
+                                end - 1)
 
 
 @_decomposes(aten.adaptive_max_pool2d.default)
