@@ -90,7 +90,7 @@ constexpr int kRowsPerLongRead = 1;
 // long rows are, kLongRowTile weight rows side by side over blocks of k.
 // Xeon model 207, one thread, 8 rows of x against 1.2 GiB of weights of
 // 2048 columns (stories110M's w2), medians against a streaming read:
-// 0.39-0.43 -> 0.50-0.59 (ops_bench), 0.41-0.43 -> 0.57 (15 rounds); at
+// 0.35-0.43 -> 0.50-0.59 (ops_bench), 0.41-0.43 -> 0.57 (15 rounds); at
 // 768 columns (24 KiB of x) reading one weight row at a time stays ahead
 // (0.59-0.62 against 0.53-0.59).
 constexpr int64_t kShortRowsInL1 = 8192;
