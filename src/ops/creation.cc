@@ -8,9 +8,10 @@
 //   zeros [4,8]:       ()->([i, j]) {i=4, j=8}
 //   triu f32[2,4,5]:   ([i, j, k])->([i, j, k]) {i=2, j=4, k=5} need_replication={j, k}
 //
-// rand and randn are counter-based, so that any device can draw exactly its
-// own slice of a sharded tensor: element i (row-major flat index) of a tensor
-// drawn with `seed` depends on (seed, i) only. With mix = splitmix64's output
+// rand and randn (seeded by a constant, or by a 0-dim i64 tensor in their
+// .seed_tensor overloads) are counter-based, so that any device can draw
+// exactly its own slice of a sharded tensor: element i (row-major flat index)
+// of a tensor drawn with `seed` depends on (seed, i) only. With mix = splitmix64's output
 // function (z ^= z >> 30; z *= 0xBF58476D1CE4E5B9; z ^= z >> 27;
 // z *= 0x94D049BB133111EB; z ^= z >> 31),
 //   bits(seed, c) = mix(mix(seed) + (c + 1) * 0x9E3779B97F4A7C15)   (mod 2^64)
@@ -337,7 +338,12 @@ double random_element(int64_t seed, int64_t flat_index) {
 // Significand bits of the floating dtypes, for rand's rounding down.
 int significand_bits(DType dtype) { return dtype == DType::kBF16 ? 8 : dtype == DType::kF16 ? 11 : 24; }
 
-template <Distribution kDist>
+// Where a draw's seed comes from: the `int seed` constant, or a 0-dim i64
+// tensor read at run time (the torch bridge feeds a fresh one per call, so
+// one compiled graph draws new values each call).
+enum class SeedSource { kConstant, kTensor };
+
+template <Distribution kDist, SeedSource kSeed>
 void add_random(OpRegistry& r, std::string_view schema) {
   const auto dtype_of = [](const OpArgs& args) {
     const DType dtype = args.get_optional_dtype("dtype").value_or(DType::kF32);
@@ -352,13 +358,23 @@ void add_random(OpRegistry& r, std::string_view schema) {
   OpDef def;
   def.family = OpFamily::kCreation;
   def.position_dependent = true;  // element i is a function of (seed, i)
-  def.infer = [dtype_of](const OpArgs& args, std::span<const TensorType>) {
+  def.infer = [dtype_of](const OpArgs& args, std::span<const TensorType> in) {
+    if constexpr (kSeed == SeedSource::kTensor) {
+      if (in[0].dtype != DType::kI64 || in[0].rank() != 0) {
+        throw Error(fmt::format("the seed must be a 0-dim i64 tensor, got {}", in[0].to_string()));
+      }
+    }
     return std::vector<TensorType>{{dtype_of(args), size_arg(args)}};
   };
   def.sharding_rule = own_factors_rule;
-  def.kernel = [dtype_of](const OpArgs& args, std::span<const DenseTensor>) {
+  def.kernel = [dtype_of](const OpArgs& args, std::span<const DenseTensor> in) {
     const DType dtype = dtype_of(args);
-    const int64_t seed = args.get_int("seed");
+    int64_t seed = 0;
+    if constexpr (kSeed == SeedSource::kTensor) {
+      seed = in[0].data_as<int64_t>()[0];
+    } else {
+      seed = args.get_int("seed");
+    }
     DenseTensor out = DenseTensor::empty(dtype, size_arg(args));
     const int bits = significand_bits(dtype);
     visit_dtype(dtype, [&](auto tag) {
@@ -385,10 +401,16 @@ void register_creation_ops(OpRegistry& registry) {
   register_filled(registry);
   add_triangle(registry, "aten::triu(Tensor self, int diagonal=0) -> Tensor", true);
   add_triangle(registry, "aten::tril(Tensor self, int diagonal=0) -> Tensor", false);
-  add_random<Distribution::kUniform>(registry,
-                                     "shardflow::rand(SymInt[] size, int seed, *, ScalarType? dtype=None) -> Tensor");
-  add_random<Distribution::kNormal>(registry,
-                                    "shardflow::randn(SymInt[] size, int seed, *, ScalarType? dtype=None) -> Tensor");
+  using enum Distribution;
+  using enum SeedSource;
+  add_random<kUniform, kConstant>(registry,
+                                  "shardflow::rand(SymInt[] size, int seed, *, ScalarType? dtype=None) -> Tensor");
+  add_random<kNormal, kConstant>(registry,
+                                 "shardflow::randn(SymInt[] size, int seed, *, ScalarType? dtype=None) -> Tensor");
+  add_random<kUniform, kTensor>(
+      registry, "shardflow::rand.seed_tensor(SymInt[] size, Tensor seed, *, ScalarType? dtype=None) -> Tensor");
+  add_random<kNormal, kTensor>(
+      registry, "shardflow::randn.seed_tensor(SymInt[] size, Tensor seed, *, ScalarType? dtype=None) -> Tensor");
 }
 
 }  // namespace shardflow::ops

@@ -354,6 +354,23 @@ TEST(RandomOps, SixteenBitDtypes) {
   }
 }
 
+// The .seed_tensor overloads read their seed from a 0-dim i64 tensor at run
+// time and draw what the constant-seeded form draws with that seed.
+TEST(RandomOps, SeedTensorDrawsAsTheConstantSeed) {
+  for (int64_t seed : {int64_t{0}, int64_t{-7}, int64_t{1} << 61}) {
+    for (const Shape& shape : kShapes) {
+      const auto seed_tensor = from_ints({seed}, {});
+      EXPECT_EQ(to_doubles(call("shardflow::rand.seed_tensor", {std::vector<int64_t>(shape), seed_tensor})),
+                to_doubles(uniform_draw(shape, seed)));
+      EXPECT_EQ(to_doubles(call("shardflow::randn.seed_tensor",
+                                {std::vector<int64_t>(shape), seed_tensor, kw("dtype", DType::kBF16)})),
+                to_doubles(normal_draw(shape, seed, DType::kBF16)));
+    }
+  }
+  EXPECT_EQ(run_op("shardflow::rand.seed_tensor", {std::vector<int64_t>{4, 8}, from_ints({1}, {})}).rule.to_string(),
+            "([])->([i, j]) {i=4, j=8}");
+}
+
 TEST(RandomOps, ErrorsAndRule) {
   expect_errors({
       {"shardflow::rand", {std::vector<int64_t>{2}, 0, kw("dtype", DType::kI64)},
@@ -362,6 +379,10 @@ TEST(RandomOps, ErrorsAndRule) {
        "\"normal_kernel_cpu\" not implemented for 'Bool'"},
       {"shardflow::rand", {std::vector<int64_t>{2, -2}, 0}, "Trying to create tensor with negative dimension -2: [2, -2]"},
       {"shardflow::randn", {std::vector<int64_t>{2}}, "missing value for argument 'seed'"},
+      {"shardflow::rand.seed_tensor", {std::vector<int64_t>{2}, from_ints({1, 2}, {2})},
+       "the seed must be a 0-dim i64 tensor, got i64[2]"},
+      {"shardflow::randn.seed_tensor", {std::vector<int64_t>{2}, from_floats({1}, {})},
+       "the seed must be a 0-dim i64 tensor, got f32[]"},
   });
   EXPECT_EQ(run_op("shardflow::randn", {std::vector<int64_t>{4, 8}, 0}).rule.to_string(), "()->([i, j]) {i=4, j=8}");
 }

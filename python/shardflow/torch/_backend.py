@@ -102,6 +102,7 @@ class Prepared:
     mutations: list[_mutation.Mutation]  # the inputs the graph writes in place
     donate: list[int]  # written inputs laid out as shards: their shards move into the run
     assertions: list[str]  # the messages of the last outputs, conditions that must hold
+    draws_random: bool  # a seed input follows the constants (see _random)
     # Inputs that came unmarked and are kept laid out as propagation chose
     # (see _adoptable): (position, that layout, written in place).
     adopt: list[tuple[int, sf.Sharding, bool]] = field(default_factory=list)
@@ -147,9 +148,10 @@ class CompiledGraph:
         graph = sf.Graph.parse(lowering.ir)
         constant_inputs = [_state.to_shardflow(c) for c in lowering.constants]
         donate = [m.input_index for m in lowering.mutations if m.state_output is not None]
-        executable = sf.Executable(graph, layouts + [None] * len(constant_inputs))
+        draws_random = lowering.random_draws > 0
+        executable = sf.Executable(graph, layouts + [None] * (len(constant_inputs) + draws_random))
         return Prepared(lowering.ir, executable, constant_inputs, lowering.num_user_outputs, lowering.mutations,
-                        donate, [message for _, message in lowering.assertions])
+                        donate, [message for _, message in lowering.assertions], draws_random)
 
     def __call__(self, args: list[Any]) -> list[torch.Tensor]:
         profile = active_profile
@@ -186,7 +188,8 @@ class CompiledGraph:
         written = [args[m.input_index] for m in prepared.mutations]
         args.clear()  # the boxed convention: the callee lets go of the inputs
         try:
-            outputs = prepared.executable(inputs + prepared.constants, ops, prepared.donate)
+            seed = [_random_seed()] if prepared.draws_random else []
+            outputs = prepared.executable(inputs + prepared.constants + seed, ops, prepared.donate)
         except BaseException:
             for tensor in written:  # donated shards may be gone: lay the (unchanged) tensor out again
                 _state.invalidate(tensor)
@@ -208,6 +211,12 @@ class CompiledGraph:
         # the work queued before it.
         _check_assertions(prepared.assertions, outputs)
         return results
+
+
+def _random_seed() -> sf.Tensor:
+    # From torch's default generator, so that torch.manual_seed repeats the
+    # draws; below 2^62, so that adding each op's number stays in int64.
+    return _state.to_shardflow(torch.randint(1 << 62, (), dtype=torch.int64))
 
 
 def _is_parameter(t: torch.Tensor) -> bool:

@@ -471,6 +471,35 @@ def _searchsorted(sorted_sequence, x, *, out_int32=False, right=False, side=None
     return _positions_among(aten.unsqueeze.default(x, -1), sequence, right, out_int32)
 
 
+# histc: `bins` equal bins over [min, max] (the input's own range when
+# min == max, widened by 1 each way when that is one value), the last bin
+# closed. An element's bin is (x - min) * bins / (max - min) truncated, in
+# the input's dtype as PyTorch computes it; elements outside the range, NaN
+# among them, count nowhere. The counts are a scatter_add, so a sharded
+# input leaves partial counts summed across its devices.
+@_decomposes(aten.histc.default)
+def _histc(x, bins=100, min=0, max=0):  # noqa: A002  (aten's argument names)
+    if x.numel() == 0:
+        return aten.full.default([bins], 0, dtype=x.dtype)
+    flat = x.reshape(-1)
+    low, high = aten.full.default([], min, dtype=x.dtype), aten.full.default([], max, dtype=x.dtype)
+    if min == max:
+        low, high = aten.amin.default(flat, [0]), aten.amax.default(flat, [0])
+        finite = aten.logical_and.default(low.abs() < math.inf, high.abs() < math.inf)
+        aten._assert_async.msg(finite, "torch.histc: range of [min, max] is not finite (the input's own range, "
+                                       "as min == max was given)")
+        one_value = low == high
+        low, high = aten.where.self(one_value, low - 1, low), aten.where.self(one_value, high + 1, high)
+    inside = aten.logical_and.default(flat >= low, flat <= high)
+    scaled = (aten.where.self(inside, flat, low) - low) * bins / (high - low)
+    # x == max is in the last bin. A range that is not finite (an error once
+    # the run ends) or too wide for the dtype gives NaN here: it must not
+    # reach the integer conversion.
+    position = aten.clamp.default(aten.nan_to_num.default(scaled, 0.0), 0, bins - 1).to(torch.int64)
+    counts = aten.full.default([bins], 0, dtype=x.dtype)
+    return aten.scatter_add.default(counts, 0, position, inside.to(x.dtype))
+
+
 # linspace as PyTorch computes it: the first half of the points stepped
 # from start, the second half back from end (so both ends are exact).
 @_decomposes(aten.linspace.default)
@@ -762,3 +791,6 @@ def _masked_fill_tensor(x, mask, value):
 @_decomposes(aten.unbind.int)
 def _unbind(x, dim=0):
     return [aten.select.int(x, dim, i) for i in range(x.shape[dim])]
+
+
+from . import _random  # noqa: E402,F401  (registers the random ops, written with _decomposes)

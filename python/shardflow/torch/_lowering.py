@@ -107,6 +107,12 @@ class Ref:
     name: str
 
 
+# The seed of a graph's random draws: one more input, after its constants,
+# fed a fresh value from torch's default generator by each call (see _random).
+SEED = Ref("%random_seed")
+SEED_TYPE = "i64[]"
+
+
 # Ops that only give their operand another shape: a reshape of a reshape
 # reads the first operand directly, and one left unread is dropped.
 _RESHAPES = frozenset({"aten::view", "aten::reshape"})
@@ -209,6 +215,7 @@ class Lowering:
     # Complex values lowered once and shared (see _complex): moves of one
     # value, each product factor's tables, the pair swap index.
     complex_tables: dict[Any, Any] = field(default_factory=dict)
+    random_draws: int = 0  # random ops lowered, each seeded by SEED plus its number
 
     def run(self, name: str = "main") -> str:
         self.norms, self.absorbed = find_rms_norms(self.gm.graph)
@@ -242,6 +249,7 @@ class Lowering:
                 self.emit.declare(ref, ir_type(value, node))
                 self.values[node] = ref
                 self.constants.append(value)
+        self.emit.declare(SEED, SEED_TYPE)
         for node in self.gm.graph.nodes:
             if node.op == "call_function":
                 self.values[node] = self._call(node)
@@ -254,9 +262,17 @@ class Lowering:
                 for mutation in self.mutations:
                     self._mutation_outputs(mutation, placeholders, outputs)
                 outputs.extend((condition, "bool[]") for condition, _ in self.assertions)
+        if self.random_draws:
+            params.append(f"{SEED.name}: {SEED_TYPE}")  # the last input, after the constants
         header = (f"func @{name}({', '.join(params)}) -> ({', '.join(t for _, t in outputs)}) {{")
         footer = f"  return {', '.join(r.name for r, _ in outputs)}\n}}\n"
         return "\n".join([header, *self.emit.text([r for r, _ in outputs]), footer])
+
+    def seed(self, node: torch.fx.Node) -> Ref:
+        """The seed of one random op: the call's seed plus the op's number,
+        so that no two draws of a graph are alike."""
+        self.random_draws += 1
+        return self.emit_op(node, "aten::add.Scalar", [SEED, self.random_draws - 1], type_text=SEED_TYPE, hint="seed")
 
     # -- nodes ---------------------------------------------------------------
 
@@ -636,6 +652,15 @@ def _assertion(lowering: Lowering, node: torch.fx.Node) -> None:
     lowering.assertions.append((truth, f"{message} (at {source_line(node)})"))
 
 
+def _random_draw(op: str) -> Callable[[Lowering, torch.fx.Node], Ref]:
+    """aten::rand / aten::randn (what _random writes every random op in) as
+    shardflow's counter-based draw seeded by the call."""
+    def lower(lowering: Lowering, node: torch.fx.Node) -> Ref:
+        value = node.meta["val"]
+        return lowering.emit_op(node, op, [list(value.shape), lowering.seed(node)], {"dtype": value.dtype})
+    return lower
+
+
 def _reciprocal(lowering: Lowering, node: torch.fx.Node) -> Ref:
     return lowering.emit_op(node, "aten::pow.Tensor_Scalar", [lowering.values[node.args[0]], -1.0])
 
@@ -1002,6 +1027,8 @@ def _copy(lowering: Lowering, node: torch.fx.Node) -> Ref:
 
 
 REWRITES: dict[Any, Callable[[Lowering, torch.fx.Node], Any]] = {
+    torch.ops.aten.rand.default: _random_draw("shardflow::rand.seed_tensor"),
+    torch.ops.aten.randn.default: _random_draw("shardflow::randn.seed_tensor"),
     torch.ops.aten.slice_scatter.default: _slice_scatter,
     torch.ops.aten.select_scatter.default: _select_scatter,
     torch.ops.aten.index_put.default: _index_put,
