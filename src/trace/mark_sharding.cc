@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <map>
+#include <vector>
+
 #include "shardflow/base/error.h"
 #include "shardflow/ops/annotation.h"
 #include "shardflow/trace/call.h"
@@ -52,12 +55,22 @@ Tensor mark_sharding(const Tensor& tensor, const Mesh& mesh, const PartitionSpec
   if (!impl.meta) {
     // Each process keeps the shards of its own devices only (all of them
     // unless the runtime spans several processes).
+    // Replicas of a tile share one buffer (kernels never write a buffer
+    // another holder shares): weights replicated over a data-parallel axis
+    // are held, and streamed through the caches, once rather than once per
+    // replica, as the llama loader holds them.
     const DenseTensor value = gather_value(impl);
+    std::map<std::vector<int64_t>, DenseTensor> tiles;
     shards.resize(layout.shards.size());
     for (std::size_t i = 0; i < layout.shards.size(); ++i) {
       if (!is_addressable_device(layout.shards[i].device)) continue;
-      shards[i] = DenseTensor::empty(impl.type.dtype, layout.shard_shape);
-      copy_shard(layout, i, value.bytes(), element_size(impl.type.dtype), {shards[i].data(), shards[i].nbytes()});
+      auto [tile, fresh] = tiles.try_emplace(layout.shards[i].tile_index);
+      if (fresh) {
+        tile->second = DenseTensor::empty(impl.type.dtype, layout.shard_shape);
+        copy_shard(layout, i, value.bytes(), element_size(impl.type.dtype),
+                   {tile->second.data(), tile->second.nbytes()});
+      }
+      shards[i] = tile->second;
     }
   }
   impl.value.reset();

@@ -50,6 +50,12 @@ TEST(Eager, MarkShardingLaysOutTheData) {
     EXPECT_EQ(shard.data.shape(), (sf::Shape{16, 8}));
     EXPECT_EQ(shard.data.data_as<float>()[0], static_cast<float>(8 * (i % 2)));
   }
+  // Replicas of a tile share one buffer (held once, not once per replica).
+  for (std::size_t i = 0; i < 8; ++i) {
+    for (std::size_t j = 0; j < 8; ++j) {
+      EXPECT_EQ(shards[i].data.data() == shards[j].data.data(), i % 2 == j % 2) << i << " " << j;
+    }
+  }
   // The value is intact, and ops on the sharded tensor are correct.
   EXPECT_EQ(t.to_floats(), arange_f32(256, {16, 16}).to_floats());
   EXPECT_EQ((t * 1).sum({}).item(), 255.0 * 256 / 2);
