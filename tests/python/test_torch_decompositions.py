@@ -129,6 +129,9 @@ OPS = {
                                  F.conv_transpose1d(x, FILTERS_1D.reshape(5, 4, 1).expand(5, 4, 3), stride=3,
                                                     padding=4, dilation=2, output_padding=2),
                                  F.conv_transpose1d(x, FILTERS_1D.reshape(5, 2, 2), groups=5, stride=2)),
+    "median_kthvalue": lambda x: (torch.median(x, 1), torch.median(x, -1, keepdim=True), torch.kthvalue(x, 2, 0),
+                                  torch.kthvalue(x, 6), torch.median(x), torch.median(x[1, 2])),
+    "nanmedian": lambda x: (torch.nanmedian(x, 2), torch.nanmedian(x, 0, keepdim=True), torch.nanmedian(x)),
     "histc": lambda x: torch.cat([torch.histc(x, 7, -1, 1), torch.histc(torch.nan_to_num(x, 0.0, 3.0, -3.0), 5),
                                   torch.histc(x.clamp(0.25, 0.25).nan_to_num(0.25, 0.25, 0.25), 3)]),
     "scatter_with_reduce": lambda x: (x.scatter(2, (x.abs() * 10).long() % 6, x * 2, reduce="add"),
@@ -174,7 +177,7 @@ OPS = {
 SPECIAL_VALUES = {"clamp", "clamp_min", "hardtanh", "sign", "nan_to_num", "logsumexp", "logaddexp", "max_dim",
                   "min_dim", "sort", "sort_stable", "argsort", "isnan_isinf", "argmin",
                   "max_min_all", "floor_divide", "remainder_fmod", "div_rounding_modes", "bucketize_searchsorted",
-                  "histc"}
+                  "histc", "median_kthvalue", "nanmedian"}
 
 # name -> f(x) for x an int64 [3, 5, 6] of values in ±[1, 9] (never 0, so x
 # divides; its shards' padding holds zeros).
@@ -378,6 +381,24 @@ def test_random_histograms_match_eager_with_the_input_sharded(spmd, seed):
 
     torch.testing.assert_close(torch.compile(f, backend="shardflow", dynamic=False)(x), torch.histc(x, bins, low, high),
                                rtol=0, atol=0)
+
+
+def test_order_statistics_of_ties_and_nans_point_at_their_value(spmd):
+    """Among equal values (or NaNs) PyTorch leaves the index unspecified:
+    the values are its values, and each index names an element holding it."""
+    spmd(2)
+    x = torch.tensor([[2.0, 1.0, 2.0, 2.0, 1.0], [math.nan, 3.0, math.nan, 3.0, 3.0], [math.nan] * 5, [4.0] * 5])
+    ops = {"median": lambda x: torch.median(x, 1), "nanmedian": lambda x: torch.nanmedian(x, 1),
+           "kthvalue": lambda x: torch.kthvalue(x, 3, 1)}
+    for name, op in ops.items():
+        def f(x, op=op):
+            xs.mark_sharding(x, xs.Mesh(torch.arange(2), (2,)), (0, None))
+            return op(x)
+
+        torch._dynamo.reset()
+        values, indices = torch.compile(f, backend="shardflow", dynamic=False)(x)
+        torch.testing.assert_close(values, op(x).values, equal_nan=True, msg=name)
+        torch.testing.assert_close(x.gather(1, indices[:, None])[:, 0], values, equal_nan=True, msg=name)
 
 
 def test_histc_of_a_range_that_is_not_finite_is_pytorchs_error(spmd):

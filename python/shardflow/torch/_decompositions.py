@@ -368,6 +368,74 @@ def _argsort_stable(x, *, stable=False, dim=-1, descending=False):
     return _sort(x, dim, descending)[1]
 
 
+# Order statistics: the element at a position of the sorted dim (NaN sorts
+# last). median is the lower middle, NaN when the dim holds one (with the
+# first NaN's index, as PyTorch); nanmedian the lower middle of the values
+# that are not NaN. Among equal values (and NaNs) the index is the stable
+# sort's, which PyTorch leaves unspecified (its CPU kernel may name another
+# position of the same value).
+def _at_sorted_position(x, position, dim: int, keepdim: bool):
+    """(values, indices) at `position` (an int, or a tensor with x's shape
+    but 1 at dim) of x sorted along dim."""
+    values, indices = _sort(x, dim)
+    if isinstance(position, int):
+        position = aten.full.default([*x.shape[:dim], 1, *x.shape[dim + 1:]], position, dtype=torch.int64)
+    picked = aten.gather.default(values, dim, position), aten.gather.default(indices, dim, position)
+    return picked if keepdim else tuple(aten.squeeze.dim(t, dim) for t in picked)
+
+
+def _as_rows(x, dim):
+    """x with at least one dim, and dim in [0, rank)."""
+    return (x.reshape(1), 0) if x.dim() == 0 else (x, dim % x.dim())
+
+
+def _restore_rank(results, x, keepdim: bool):
+    return tuple(t.reshape([]) for t in results) if x.dim() == 0 else results
+
+
+@_decomposes(aten.kthvalue.default)
+def _kthvalue(x, k, dim=-1, keepdim=False):
+    rows, d = _as_rows(x, dim)
+    return _restore_rank(_at_sorted_position(rows, k - 1, d, keepdim), x, keepdim)
+
+
+def _nan_counts(x, dim: int):
+    return aten.sum.dim_IntList((x != x).to(torch.int64), [dim], True)
+
+
+@_decomposes(aten.median.dim)
+def _median_dim(x, dim=-1, keepdim=False):
+    rows, d = _as_rows(x, dim)
+    size = rows.shape[d]
+    nans = _nan_counts(rows, d)
+    # With NaNs: the first NaN, the first of them in the stable sort.
+    position = aten.where.self(nans > 0, size - nans, aten.full_like.default(nans, (size - 1) // 2))
+    return _restore_rank(_at_sorted_position(rows, position, d, keepdim), x, keepdim)
+
+
+@_decomposes(aten.median.default)
+def _median(x):
+    if x.numel() == 0:
+        return aten.full.default([], math.nan, dtype=x.dtype)
+    return _median_dim(x.reshape(-1), 0)[0]
+
+
+@_decomposes(aten.nanmedian.dim)
+def _nanmedian_dim(x, dim=-1, keepdim=False):
+    rows, d = _as_rows(x, dim)
+    numbers = rows.shape[d] - _nan_counts(rows, d)
+    # All NaN: position 0, a NaN.
+    position = aten.clamp_min.default(aten.floor_divide.default(numbers - 1, 2), 0)
+    return _restore_rank(_at_sorted_position(rows, position, d, keepdim), x, keepdim)
+
+
+@_decomposes(aten.nanmedian.default)
+def _nanmedian(x):
+    if x.numel() == 0:
+        return aten.full.default([], math.nan, dtype=x.dtype)
+    return _nanmedian_dim(x.reshape(-1), 0)[0]
+
+
 # Logical ops: the bitwise ones on truth values (x != 0 for non-bools).
 def _truth(x: torch.Tensor) -> torch.Tensor:
     return x if x.dtype == torch.bool else x != 0
