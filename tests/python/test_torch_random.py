@@ -224,3 +224,13 @@ def test_an_explicit_generator_draws_eagerly_outside_the_graph(spmd):
     expected = torch.rand(3, generator=torch.Generator().manual_seed(4))
     got = torch.compile(f, backend="shardflow")(torch.zeros(3), torch.Generator().manual_seed(4))
     torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
+def test_a_randint_range_past_two_to_the_forty_is_an_error_naming_the_line(spmd):
+    spmd(1)
+
+    def f(x):
+        return x + torch.randint(0, 1 << 50, x.shape)
+
+    with pytest.raises(Exception, match=r"randint draws 48 random bits.*ranges up to 2\^40(.|\n)*test_torch_random.py"):
+        torch.compile(f, backend="shardflow")(torch.zeros(3, dtype=torch.int64))
