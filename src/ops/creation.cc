@@ -10,10 +10,10 @@
 //
 // rand and randn (seeded by a constant, or by a 0-dim i64 tensor in their
 // .seed_tensor overloads) are counter-based, so that any device can draw
-// exactly its own slice of a sharded tensor: element i (row-major flat index)
-// of a tensor drawn with `seed` depends on (seed, i) only. With mix = splitmix64's output
-// function (z ^= z >> 30; z *= 0xBF58476D1CE4E5B9; z ^= z >> 27;
-// z *= 0x94D049BB133111EB; z ^= z >> 31),
+// exactly its own slice of a sharded tensor: element i (row-major flat
+// index) of a tensor drawn with `seed` depends on (seed, i) only. With
+// mix = splitmix64's output function (z ^= z >> 30; z *= 0xBF58476D1CE4E5B9;
+// z ^= z >> 27; z *= 0x94D049BB133111EB; z ^= z >> 31),
 //   bits(seed, c) = mix(mix(seed) + (c + 1) * 0x9E3779B97F4A7C15)   (mod 2^64)
 //   rand:  (bits(seed, i) >> 40) * 2^-24; bf16 and f16 keep the top 8 and 11
 //          of those bits (rounding down, so that values stay below 1)

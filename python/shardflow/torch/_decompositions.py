@@ -389,14 +389,15 @@ def _as_rows(x, dim):
     return (x.reshape(1), 0) if x.dim() == 0 else (x, dim % x.dim())
 
 
-def _restore_rank(results, x, keepdim: bool):
+def _restore_rank(results, x):
+    """Results of a 0-dim x's one row (see _as_rows) back to 0 dims."""
     return tuple(t.reshape([]) for t in results) if x.dim() == 0 else results
 
 
 @_decomposes(aten.kthvalue.default)
 def _kthvalue(x, k, dim=-1, keepdim=False):
     rows, d = _as_rows(x, dim)
-    return _restore_rank(_at_sorted_position(rows, k - 1, d, keepdim), x, keepdim)
+    return _restore_rank(_at_sorted_position(rows, k - 1, d, keepdim), x)
 
 
 def _nan_counts(x, dim: int):
@@ -410,14 +411,19 @@ def _median_dim(x, dim=-1, keepdim=False):
     nans = _nan_counts(rows, d)
     # With NaNs: the first NaN, the first of them in the stable sort.
     position = aten.where.self(nans > 0, size - nans, aten.full_like.default(nans, (size - 1) // 2))
-    return _restore_rank(_at_sorted_position(rows, position, d, keepdim), x, keepdim)
+    return _restore_rank(_at_sorted_position(rows, position, d, keepdim), x)
+
+
+def _of_all_elements(by_dim, x):
+    """The value of an order statistic over every element (NaN for none)."""
+    if x.numel() == 0:
+        return aten.full.default([], math.nan, dtype=x.dtype)
+    return by_dim(x.reshape(-1), 0)[0]
 
 
 @_decomposes(aten.median.default)
 def _median(x):
-    if x.numel() == 0:
-        return aten.full.default([], math.nan, dtype=x.dtype)
-    return _median_dim(x.reshape(-1), 0)[0]
+    return _of_all_elements(_median_dim, x)
 
 
 @_decomposes(aten.nanmedian.dim)
@@ -426,14 +432,12 @@ def _nanmedian_dim(x, dim=-1, keepdim=False):
     numbers = rows.shape[d] - _nan_counts(rows, d)
     # All NaN: position 0, a NaN.
     position = aten.clamp_min.default(aten.floor_divide.default(numbers - 1, 2), 0)
-    return _restore_rank(_at_sorted_position(rows, position, d, keepdim), x, keepdim)
+    return _restore_rank(_at_sorted_position(rows, position, d, keepdim), x)
 
 
 @_decomposes(aten.nanmedian.default)
 def _nanmedian(x):
-    if x.numel() == 0:
-        return aten.full.default([], math.nan, dtype=x.dtype)
-    return _nanmedian_dim(x.reshape(-1), 0)[0]
+    return _of_all_elements(_nanmedian_dim, x)
 
 
 # Logical ops: the bitwise ones on truth values (x != 0 for non-bools).
