@@ -17,7 +17,8 @@
 // KV cache split over its positions is updated where it lies; the dim
 // scatter writes is indexed the same way. Dims of gather's self longer than
 // the index's are need-replication, as any index may read any of their rows;
-// for scatter, every dim where index, src and self do not line up is.
+// for scatter, every dim where index, src and self do not line up is,
+// except that scatter_add sums over index and src (each pair adds once).
 // Examples:
 //   embedding f32[100,16], i64[4,8]:
 //     ([l, k], [i, j])->([i, j, k]) {i=4, j=8, k=16, l=100} indexed={l}
@@ -30,6 +31,8 @@
 //     ([i, k], [i, j])->([i, j]) {i=4, j=3, k=10} indexed={k}
 //   scatter.src f32[4,10], dim 1, i64[4,3], f32[4,3]:
 //     ([i, j], [i, k], [i, k])->([i, j]) {i=4, j=10, k=3} need_replication={k} indexed={j}
+//   scatter_add f32[10], dim 0, i64[100], f32[100] (a histogram's counts):
+//     ([i], [j], [j])->([i]) {i=10, j=100} reduction={j} indexed={i}
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -708,6 +711,7 @@ DenseTensor scatter_in_window(const OpArgs& args, std::span<const DenseTensor> i
 void add_scatter(OpRegistry& r, std::string_view schema, ScatterKind kind) {
   OpDef def;
   def.family = OpFamily::kIndexing;
+  if (kind == ScatterKind::kAdd) def.addend_arg = "self";
   def.infer = [kind](const OpArgs& args, std::span<const TensorType> in) {
     check_scatter(args, in, kind);
     return std::vector<TensorType>{in[0]};
@@ -738,14 +742,18 @@ void add_scatter(OpRegistry& r, std::string_view schema, ScatterKind kind) {
       }
     }
     // The rest of index and src: one factor where src lines up with index.
+    // scatter_add adds every (index, src) pair into the result: split over
+    // them, each device's result is a partial sum, and self (the addend) is
+    // counted on one device of the group.
     const auto src_matches = [&](int d) {
       const auto at = static_cast<std::size_t>(d);
       return has_src && in[2].rank() == index.rank() && in[2].shape[at] == index.shape[at];
     };
+    const FactorKind pairs = kind == ScatterKind::kAdd ? FactorKind::kReduction : kNeedReplication;
     for (int d = 0; d < static_cast<int>(index.rank()); ++d) {
       if (shared(d)) continue;
       if (src_matches(d)) {
-        b.add_factor({-1, d, d}, {-1}, index.shape[static_cast<std::size_t>(d)], kNeedReplication);
+        b.add_factor({-1, d, d}, {-1}, index.shape[static_cast<std::size_t>(d)], pairs);
       } else {
         b.add_operand_only(1, d, kNeedReplication);
       }

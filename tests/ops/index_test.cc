@@ -576,6 +576,11 @@ TEST(IndexOps, ShardingRules) {
             "([i, j], [i, k], [i, k])->([i, j]) {i=4, j=10, k=3} need_replication={k} indexed={j}");
   EXPECT_EQ(run_op("aten::scatter", {f32({4, 10}), 0, idx({2, 3}, 4), 0.5}).rule.to_string(),
             "([i, j], [k, l])->([i, j]) {i=4, j=10, k=2, l=3} need_replication={j, k, l} indexed={i}");
+  // scatter_add sums over the (index, src) pairs: split over them, partial sums.
+  EXPECT_EQ(run_op("aten::scatter_add", {f32({10}), 0, idx({100}, 10), f32({100})}).rule.to_string(),
+            "([i], [j], [j])->([i]) {i=10, j=100} reduction={j} indexed={i}");
+  EXPECT_EQ(run_op("aten::scatter_add", {f32({4, 10}), 1, idx({4, 3}, 10), f32({4, 3})}).rule.to_string(),
+            "([i, j], [i, k], [i, k])->([i, j]) {i=4, j=10, k=3} reduction={k} indexed={j}");
 }
 
 }  // namespace

@@ -129,6 +129,34 @@ TEST(Execution, ScatterIntoAShardedDim) {
   expect_same(text, runtime, {sf::randn({4, 13}, 6), sf::Tensor::from_ints(index, {4, 6}), sf::randn({4, 6}, 7)});
 }
 
+// scatter_add with its index and src split over the pairs they list (a
+// histogram of a sharded input, uneven: 21 over 8): each device adds its
+// pairs, self counted on one device, and the partial results sum up (an
+// all-reduce of the small result, not all-gathers of the pairs); also with
+// the written dim sharded at the same time.
+TEST(Execution, ScatterAddOfShardedPairsSumsPartials) {
+  sf::Runtime runtime = sf::Runtime::local(8);
+  std::vector<int64_t> index;
+  for (int64_t i = 0; i < 3 * 21; ++i) index.push_back((i * 5) % 7);
+  const sf::Tensor indices = sf::Tensor::from_ints(index, {3, 21});
+  const std::string mesh = R"M([0, 1, 2, 3, 4, 5, 6, 7], "(2, 4)", "('a', 'b')")M";
+  const std::string text =
+      "func @f(%x: f32[3,7], %i: i64[3,21], %s: f32[3,21], %x2: f32[3,7], %i2: i64[3,21], %s2: f32[3,21]) "
+      "-> (f32[3,7], f32[3,7]) {\n"
+      "  %j = " + annotate("i", "(None, ('a', 'b'))", "i64[3,21]", mesh) + "\n"
+      "  %t = " + annotate("s", "(None, ('a', 'b'))", "f32[3,21]", mesh) + "\n"
+      "  %d = aten::scatter_add(%x, 1, %j, %t) : f32[3,7]\n"
+      "  %y = " + annotate("x2", "(None, 'a')", "f32[3,7]", mesh) + "\n"
+      "  %k = " + annotate("i2", "(None, 'b')", "i64[3,21]", mesh) + "\n"
+      "  %u = " + annotate("s2", "(None, 'b')", "f32[3,21]", mesh) + "\n"
+      "  %e = aten::scatter_add(%y, 1, %k, %u) : f32[3,7]\n"
+      "  return %d, %e\n}\n";
+  expect_same_with(text, runtime,
+                   {sf::randn({3, 7}, 8), indices, sf::randn({3, 21}, 9), sf::randn({3, 7}, 10), indices,
+                    sf::randn({3, 21}, 11)},
+                   {"all-reduce over 'a', 'b'", "all-reduce over 'b'"});
+}
+
 TEST(Execution, MegatronMlp) {
   sf::Runtime runtime = sf::Runtime::local(8);
   const std::string mesh = R"M([0, 1, 2, 3, 4, 5, 6, 7], "(2, 4)", "('data', 'model')")M";
