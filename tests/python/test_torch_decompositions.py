@@ -132,6 +132,7 @@ OPS = {
     "median_kthvalue": lambda x: (torch.median(x, 1), torch.median(x, -1, keepdim=True), torch.kthvalue(x, 2, 0),
                                   torch.kthvalue(x, 6), torch.median(x), torch.median(x[1, 2])),
     "nanmedian": lambda x: (torch.nanmedian(x, 2), torch.nanmedian(x, 0, keepdim=True), torch.nanmedian(x)),
+    "index_put_by_mask": lambda x: _masked_writes(x),
     "histc": lambda x: torch.cat([torch.histc(x, 7, -1, 1), torch.histc(torch.nan_to_num(x, 0.0, 3.0, -3.0), 5),
                                   torch.histc(x.clamp(0.25, 0.25).nan_to_num(0.25, 0.25, 0.25), 3)]),
     "scatter_with_reduce": lambda x: (x.scatter(2, (x.abs() * 10).long() % 6, x * 2, reduce="add"),
@@ -208,6 +209,17 @@ def _top_p(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     sorted_logits, sorted_indices = torch.sort(logits, descending=False)
     remove = sorted_logits.softmax(dim=-1).cumsum(dim=-1) <= (1 - top_p)
     return logits.masked_fill(remove.scatter(1, sorted_indices, remove), -math.inf)
+
+
+def _masked_writes(x: torch.Tensor) -> torch.Tensor:
+    """t[mask] = v with boolean masks: over all dims, over dim 1 only, over
+    the leading dims with a row of values, and accumulated."""
+    a, b, c = x.clone(), x.clone(), x.clone()
+    a[x > 0.5] = 0.0
+    b[:, x[0, :, 0] > 0] = -1.0
+    c[x[..., 0] > 0] = torch.arange(6.0)
+    d = x.index_put((x < 0,), torch.tensor(2.0), accumulate=True)
+    return torch.stack([a, b, c, d])
 
 
 def _nans(x: torch.Tensor) -> torch.Tensor:

@@ -860,6 +860,26 @@ def _masked_fill_tensor(x, mask, value):
     return aten.where.self(mask, value.to(x.dtype), x)
 
 
+# t[mask] = v with a boolean mask and one value for every element it
+# selects (Meta's top-p sampling zeroes probabilities so): where(mask, v, t),
+# no data-dependent shape. Other boolean writes stay index_put, which names
+# what it supports.
+@_decomposes(aten.index_put.default)
+def _index_put_by_mask(x, indices, values, accumulate=False):
+    given = [(d, index) for d, index in enumerate(indices) if index is not None]
+    if len(given) != 1 or given[0][1].dtype != torch.bool:
+        return NotImplemented
+    start, mask = given[0]
+    end = start + mask.dim()
+    trailing = list(x.shape[end:])
+    if list(mask.shape) != list(x.shape[start:end]) or values.dim() > len(trailing) \
+            or list(torch.broadcast_shapes(values.shape, trailing)) != trailing:
+        return NotImplemented  # values per selected element: a data-dependent count
+    selected = mask.reshape([1] * start + list(mask.shape) + [1] * len(trailing))
+    values = values.to(x.dtype)
+    return aten.where.self(selected, x + values if accumulate else values, x)
+
+
 @_decomposes(aten.unbind.int)
 def _unbind(x, dim=0):
     return [aten.select.int(x, dim, i) for i in range(x.shape[dim])]

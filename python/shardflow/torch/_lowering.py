@@ -846,7 +846,8 @@ def _index_tensors(node: torch.fx.Node, indices: list, what: str) -> list[tuple[
         if not isinstance(value, torch.Tensor) or value.dtype not in (torch.int64, torch.int32):
             raise LoweringError(
                 f"{node.format_node()}: shardflow {what} with integer index tensors (at {source_line(node)}); "
-                "boolean masks are not supported (their result's shape depends on the data)")
+                "a boolean mask is supported only to write one value, or one row of values, into every element "
+                "it selects (t[mask] = 0.0): anything else depends on how many it selects")
     return given
 
 
