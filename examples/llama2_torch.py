@@ -23,6 +23,14 @@ mesh built from ``torch.arange``, exactly the seed's diff.
 
 ``--check`` generates again with eager PyTorch on one device and compares the
 greedy tokens and every step's logits.
+
+``--temperature T --top-p P`` samples instead, as Meta's ``generate`` does
+(softmax of logits / T, the smallest set of tokens holding P of the mass,
+``torch.multinomial``), with the sampling compiled too. Its draws are
+shardflow's counter-based ones seeded from torch's generator
+(``--seed``): the same on every mesh, but not eager PyTorch's, so
+``--check`` then replays the sampled tokens through eager PyTorch,
+compares the logits and checks every token was inside eager's top-p set.
 """
 
 from __future__ import annotations
@@ -236,8 +244,25 @@ class Generation:
     decode_steps: int        # how many those are
 
 
-def generate(step, model: Transformer, prompt: torch.Tensor, steps: int) -> Generation:
-    """Greedy decoding: a prefill of the prompt, then one token per step."""
+def sample_top_p(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """LLaMA 2's sampling: one token per row of logits [B, V], drawn from
+    the probabilities at `temperature` kept to the most likely tokens whose
+    mass before them is at most `top_p`. Returns [B, 1]."""
+    probs = torch.softmax(logits / temperature, dim=-1)
+    ranked, order = torch.sort(probs, dim=-1, descending=True)
+    mass_before = torch.cumsum(ranked, dim=-1) - ranked
+    ranked[mass_before > top_p] = 0.0
+    ranked.div_(ranked.sum(dim=-1, keepdim=True))
+    return torch.gather(order, -1, torch.multinomial(ranked, num_samples=1))
+
+
+def greedy(logits: torch.Tensor) -> torch.Tensor:
+    return logits.argmax(-1)
+
+
+def generate(step, model: Transformer, prompt: torch.Tensor, steps: int, choose=greedy) -> Generation:
+    """A prefill of the prompt, then one token per step; `choose` picks each
+    step's tokens [B] from its logits [B, V] (greedy by default)."""
     for block in model.layers:
         block.attention.cache_k.zero_()
         block.attention.cache_v.zero_()
@@ -248,7 +273,7 @@ def generate(step, model: Transformer, prompt: torch.Tensor, steps: int) -> Gene
         times.append(time.perf_counter() - started)
         for pos in range(prompt.shape[1], prompt.shape[1] + steps):
             logits.append(out)
-            next_token = out.argmax(-1)
+            next_token = choose(out)
             tokens.append(next_token.tolist())
             if pos == prompt.shape[1] + steps - 1:
                 break
@@ -274,7 +299,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=32)
     parser.add_argument("--seq-len", type=int, help="cache positions (default: the config's, at most 1024)")
     parser.add_argument("--check", action="store_true", help="compare with eager PyTorch on one device")
+    parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default); above 0: sampling")
+    parser.add_argument("--top-p", type=float, default=0.9, help="nucleus threshold when sampling")
+    parser.add_argument("--seed", type=int, default=0, help="torch.manual_seed before sampling")
     args = parser.parse_args(argv)
+    if args.temperature < 0 or not 0 < args.top_p <= 1:
+        parser.error("--temperature must be >= 0 and --top-p in (0, 1]")
 
     mesh_shape = tuple(int(v) for v in args.mesh.split(","))
     if len(mesh_shape) != 3:
@@ -302,23 +332,35 @@ def main(argv: list[str] | None = None) -> int:
     load_into(model, weights)
     prompt = torch.tensor([prompt_ids] * batch)
 
+    sampling = args.temperature > 0
     reference = None
-    if args.check:
+    if args.check and not sampling:
         reference = generate(model, model, prompt, args.steps)
     shard(model, mesh, plan)
     step = torch.compile(model, backend="shardflow", dynamic=False)
-    result = generate(step, model, prompt, args.steps)
+    choose = greedy
+    if sampling:
+        torch.manual_seed(args.seed)
+        sampler = torch.compile(sample_top_p, backend="shardflow", dynamic=False)
+        choose = lambda logits: sampler(logits, args.temperature, args.top_p)[:, 0]  # noqa: E731
+    result = generate(step, model, prompt, args.steps, choose)
     print(f"{config.name}: mesh {mesh_shape} on {devices} device(s), batch {batch}")
     print(f"tokens: {result.tokens[0]}")
     print(f"prefill {result.prefill_seconds:.3f} s and first decode step {result.first_decode_seconds:.3f} s "
           f"(each compiles its graph); decode {tokens_per_second(result, batch):.1f} tok/s after that")
-    print(f"graphs compiled: {len(shardflow.torch.compiled_graphs)} (one prefill, one decode)")
-    decode = shardflow.torch.compiled_graphs[-1].last
+    print(f"graphs compiled: {len(shardflow.torch.compiled_graphs)} (one prefill, one decode"
+          f"{', one sampler' if sampling else ''})")
+    model_graphs = [g for g in shardflow.torch.compiled_graphs if g.last is not None and not g.last.draws_random]
+    decode = model_graphs[-1].last if model_graphs else None
     if decode is not None:
         collectives = list(decode.executable.collectives)
         print(f"decode step: {len(collectives)} collective(s)")
         for c in collectives:
             print(f"  {c}")
+    if args.check and sampling:  # eagerly, the blocks' annotations still lay activations out on the devices
+        failed = check_sampled(model, prompt, result, args.temperature, args.top_p)
+        xr.shutdown()
+        return failed
     xr.shutdown()
     if reference is None:
         return 0
@@ -331,6 +373,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: eager PyTorch generated {reference.tokens[0]}", file=sys.stderr)
         return 1
     return 0
+
+
+def check_sampled(model: Transformer, prompt: torch.Tensor, result: Generation, temperature: float,
+                  top_p: float) -> int:
+    """Replays the sampled tokens through eager PyTorch on one device: the
+    same logits at every step, and every token inside eager's top-p set."""
+    chosen = iter([torch.tensor([row[i] for row in result.tokens]) for i in range(len(result.logits))])
+    reference = generate(model, model, prompt, len(result.logits), lambda logits: next(chosen))
+    worst = max(float((a - b).abs().max() / (1 + b.abs().max())) for a, b in zip(result.logits, reference.logits))
+    outside = 0
+    for i, logits in enumerate(reference.logits):
+        probs = torch.softmax(logits / temperature, dim=-1)
+        for b, row in enumerate(result.tokens):
+            mass_before = float(probs[b][probs[b] > probs[b][row[i]]].sum())
+            outside += mass_before > top_p + 1e-4
+    print(f"check against eager PyTorch on one device, replaying the sampled tokens: largest logit difference "
+          f"{worst:.2e} of the logits' scale; sampled tokens outside eager PyTorch's top-{top_p} set: {outside}")
+    return 0 if worst <= 1e-4 and outside == 0 else 1
 
 
 if __name__ == "__main__":
