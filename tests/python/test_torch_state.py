@@ -287,13 +287,25 @@ def test_a_failed_call_leaves_the_cache_as_it_was(spmd, devices):
 def test_writes_that_are_not_supported_name_the_line(spmd):
     spmd(1)
 
-    def masked(cache, x):
+    def masked(cache, x):  # one value into every selected element: a where, written into the input
         cache[cache > 0] = 1.0
         return x
 
-    with pytest.raises(Exception, match=r"integer index tensors \(at .*test_torch_state.py.*boolean masks"):
+    cache = torch.randn(3, 4)
+    expected = cache.clone()
+    masked(expected, None)
+    with torch.no_grad():
+        torch.compile(masked, backend="shardflow")(cache, torch.randn(3))
+    assert torch.equal(cache, expected)
+
+    def masked_with_an_index(cache, x):
+        cache[cache[:, 0] > 0, torch.tensor([1])] = 5.0
+        return x
+
+    with pytest.raises(Exception, match=r"integer index tensors \(at .*test_torch_state.py.*a boolean mask is "
+                                        r"supported only to write one value"):
         with torch.no_grad():
-            torch.compile(masked, backend="shardflow")(torch.randn(3, 4), torch.randn(3))
+            torch.compile(masked_with_an_index, backend="shardflow")(torch.randn(3, 4), torch.randn(3))
 
     def values_of_the_wrong_shape(cache, x):
         cache[torch.tensor([0, 2]), torch.tensor([1, 3])] = x
