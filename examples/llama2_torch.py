@@ -357,13 +357,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"decode step: {len(collectives)} collective(s)")
         for c in collectives:
             print(f"  {c}")
-    if args.check and sampling:  # eagerly, the blocks' annotations still lay activations out on the devices
-        failed = check_sampled(model, prompt, result, args.temperature, args.top_p)
-        xr.shutdown()
-        return failed
+    # Before shutdown: eagerly, the blocks' annotations still lay activations out on the devices.
+    failed = check_sampled(model, prompt, result, args.temperature, args.top_p) if args.check and sampling else 0
     xr.shutdown()
-    if reference is None:
-        return 0
+    if sampling or reference is None:
+        return failed
     worst = max(float((a - b).abs().max() / (1 + b.abs().max())) for a, b in zip(result.logits, reference.logits))
     same = result.tokens == reference.tokens
     print(f"check against eager PyTorch on one device: tokens {'identical' if same else 'DIFFER'}, "

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <utility>
 
 #include "shardflow/base/error.h"
@@ -28,6 +29,19 @@ GraphRunner* set_graph_runner(GraphRunner* runner) { return g_runner.exchange(ru
 bool is_addressable_device(int64_t device) {
   GraphRunner* runner = graph_runner();
   return runner == nullptr || runner->is_addressable(device);
+}
+
+std::vector<DenseTensor> addressable_tiles(const ShardLayout& layout,
+                                           const std::function<DenseTensor(std::size_t)>& make) {
+  std::map<std::vector<int64_t>, DenseTensor> tiles;
+  std::vector<DenseTensor> shards(layout.shards.size());
+  for (std::size_t i = 0; i < layout.shards.size(); ++i) {
+    if (!is_addressable_device(layout.shards[i].device)) continue;
+    auto [tile, fresh] = tiles.try_emplace(layout.shards[i].tile_index);
+    if (fresh) tile->second = make(i);
+    shards[i] = tile->second;
+  }
+  return shards;
 }
 
 void GraphRunner::fetch_shards(std::vector<DenseTensor>& shards, const ShardLayout& layout, DType dtype) {

@@ -2,9 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <map>
-#include <vector>
-
 #include "shardflow/base/error.h"
 #include "shardflow/ops/annotation.h"
 #include "shardflow/trace/call.h"
@@ -54,24 +51,13 @@ Tensor mark_sharding(const Tensor& tensor, const Mesh& mesh, const PartitionSpec
   std::vector<DenseTensor> shards;
   if (!impl.meta) {
     // Each process keeps the shards of its own devices only (all of them
-    // unless the runtime spans several processes).
-    // Replicas of a tile share one buffer (kernels never write a buffer
-    // another holder shares): weights replicated over a data-parallel axis
-    // are held, and streamed through the caches, once rather than once per
-    // replica, as the llama loader holds them.
+    // unless the runtime spans several processes), one buffer per tile.
     const DenseTensor value = gather_value(impl);
-    std::map<std::vector<int64_t>, DenseTensor> tiles;
-    shards.resize(layout.shards.size());
-    for (std::size_t i = 0; i < layout.shards.size(); ++i) {
-      if (!is_addressable_device(layout.shards[i].device)) continue;
-      auto [tile, fresh] = tiles.try_emplace(layout.shards[i].tile_index);
-      if (fresh) {
-        tile->second = DenseTensor::empty(impl.type.dtype, layout.shard_shape);
-        copy_shard(layout, i, value.bytes(), element_size(impl.type.dtype),
-                   {tile->second.data(), tile->second.nbytes()});
-      }
-      shards[i] = tile->second;
-    }
+    shards = addressable_tiles(layout, [&](std::size_t i) {
+      DenseTensor shard = DenseTensor::empty(impl.type.dtype, layout.shard_shape);
+      copy_shard(layout, i, value.bytes(), element_size(impl.type.dtype), {shard.data(), shard.nbytes()});
+      return shard;
+    });
   }
   impl.value.reset();
   impl.sharding = sharding;

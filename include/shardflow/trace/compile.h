@@ -96,6 +96,12 @@ GraphRunner* graph_runner();
 // Whether this process holds `device`'s data: always, unless the installed
 // runtime spans several processes (Runtime::mpi: only the rank's own device).
 bool is_addressable_device(int64_t device);
+// The shards of `layout` this process holds (undefined for other processes'
+// devices): `make(i)` builds layout.shards[i]'s buffer once per tile, and
+// the replicas of a tile share it (kernels never write a buffer another
+// holder shares), so replicated data is held once, not once per device.
+std::vector<DenseTensor> addressable_tiles(const ShardLayout& layout,
+                                           const std::function<DenseTensor(std::size_t)>& make);
 // Installs `runner` (nullptr: the one-device interpreter); returns the previous one.
 GraphRunner* set_graph_runner(GraphRunner* runner);
 

@@ -1,7 +1,5 @@
 #include "placement.h"
 
-#include <map>
-
 #include "shardflow/sharding/sharding.h"
 #include "shardflow/trace/compile.h"
 
@@ -54,28 +52,18 @@ Tensor place_tensor(const Shape& shape, const ElementSource& source, const Shard
   }
   const Sharding sharding = Sharding::from_spec(plan->mesh, plan->param(role));
   const ShardLayout layout = shard_layout(sharding, shape);
-  std::map<std::vector<std::pair<int64_t, int64_t>>, DenseTensor> filled;  // replicas share a buffer
-  std::vector<DenseTensor> shards;
-  for (const DeviceShard& device : layout.shards) {
-    if (!is_addressable_device(device.device)) {  // another process reads it (MPI)
-      shards.emplace_back();
-      continue;
-    }
+  // Another process's devices get no shard (MPI); replicas share one.
+  std::vector<DenseTensor> shards = addressable_tiles(layout, [&](std::size_t i) {
+    const DeviceShard& device = layout.shards[i];
     std::vector<DimSlice> slices = device.slices;
     if (device.whole) {
       slices.clear();
       for (int64_t d : shape) slices.push_back({0, d});
     }
-    std::vector<std::pair<int64_t, int64_t>> key;
-    for (const DimSlice& s : slices) key.emplace_back(s.start, s.stop);
-    auto it = filled.find(key);
-    if (it == filled.end()) {
-      DenseTensor shard = DenseTensor::zeros(DType::kF32, layout.shard_shape);
-      fill_shard(shape, slices, layout.shard_shape, source, shard.data_as<float>());
-      it = filled.emplace(key, std::move(shard)).first;
-    }
-    shards.push_back(it->second);
-  }
+    DenseTensor shard = DenseTensor::zeros(DType::kF32, layout.shard_shape);
+    fill_shard(shape, slices, layout.shard_shape, source, shard.data_as<float>());
+    return shard;
+  });
   return Tensor::from_shards(DType::kF32, shape, sharding, std::move(shards));
 }
 
