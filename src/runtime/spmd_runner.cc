@@ -35,7 +35,7 @@ struct SpmdPrepared : PreparedGraph {
   SpmdPrepared(PropagationResult s, PartitionedProgram p) : shardings(std::move(s)), program(std::move(p)) {}
 
   std::string describe(const Graph& graph) const override {
-    std::string out = print_with_shardings(graph, shardings);
+    std::string out = print_with_shardings(graph, shardings) + "\n" + program.to_string(graph);
     out += fmt::format("\n{} collective(s):\n", program.collectives.size());
     for (const CollectiveInfo& info : program.collectives) out += "  " + info.describe(*program.mesh) + "\n";
     for (const std::string& warning : program.warnings) out += "warning: " + warning + "\n";
