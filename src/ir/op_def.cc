@@ -72,6 +72,10 @@ void OpRegistry::add(std::string_view schema_text, OpDef def) {
   if (find(def.schema.full_name()) != nullptr) {
     throw Error(fmt::format("op {} is registered twice", def.schema.full_name()));
   }
+  if (def.position_dependent && (!def.tiled_kernel || def.schema.returns().size() != 1)) {
+    throw Error(
+        fmt::format("internal: position-dependent op {} needs a tiled kernel and one result", def.schema.full_name()));
+  }
   ops_.push_back(std::make_unique<OpDef>(std::move(def)));
   by_full_name_.emplace(ops_.back()->schema.full_name(), ops_.back().get());
   by_qualified_name_[ops_.back()->schema.qualified_name()].push_back(ops_.back().get());

@@ -116,6 +116,45 @@ OpShardingRule own_factors_rule(const OpArgs&, std::span<const TensorType> in, s
   return RuleBuilder(in, out).build();
 }
 
+// Calls run(offset, flat, count) for each run of `tile`'s elements that lie
+// inside the result, consecutive along the last dim: `count` elements from
+// `offset` in the tile (row-major), whose first has row-major index `flat`
+// in the whole result. Position-dependent kernels fill those from `flat`
+// on; the tile's other elements are padding.
+template <class Run>
+void for_each_run_in_tile(const ResultTile& tile, Run&& run) {
+  const std::size_t rank = tile.shape.size();
+  if (rank == 0) {
+    run(int64_t{0}, int64_t{0}, int64_t{1});
+    return;
+  }
+  const int64_t elements = numel(tile.shape);
+  if (elements == 0) return;
+  const std::size_t last = rank - 1;
+  const int64_t row = tile.shape[last];
+  const int64_t inside = std::clamp<int64_t>(tile.global_shape[last] - tile.begin[last], 0, row);
+  std::vector<int64_t> index(rank, 0);  // over the leading dims
+  for (int64_t offset = 0; offset < elements; offset += row) {
+    bool in_result = inside > 0;
+    int64_t flat = 0;
+    for (std::size_t d = 0; d < rank && in_result; ++d) {
+      const int64_t g = tile.begin[d] + index[d];
+      in_result = g < tile.global_shape[d];
+      flat = flat * tile.global_shape[d] + g;
+    }
+    if (in_result) run(offset, flat, inside);
+    for (std::size_t d = last; d-- > 0 && ++index[d] == tile.shape[d];) index[d] = 0;
+  }
+}
+
+// An op's tile kernel as its kernel: the whole result is one tile.
+KernelFn whole_result_kernel(TiledKernelFn tiled, std::function<Shape(const OpArgs&)> shape_of) {
+  return
+      [tiled = std::move(tiled), shape_of = std::move(shape_of)](const OpArgs& args, std::span<const DenseTensor> in) {
+        return tiled(args, in, ResultTile::whole(shape_of(args)));
+      };
+}
+
 // ------------------------------------------------------------------- arange
 
 // arange's arguments, read the way its result dtype reads them.
@@ -186,23 +225,29 @@ void register_arange(OpRegistry& r) {
       return std::vector<TensorType>{{spec.dtype, {spec.length}}};
     };
     op.sharding_rule = own_factors_rule;
-    op.kernel = [](const OpArgs& args, std::span<const DenseTensor>) {
+    op.tiled_kernel = [](const OpArgs& args, std::span<const DenseTensor>, const ResultTile& tile) {
       const ArangeSpec spec = arange_spec(args);
-      DenseTensor out = DenseTensor::empty(spec.dtype, {spec.length});
+      DenseTensor out = DenseTensor::zeros(spec.dtype, tile.shape);
       visit_dtype(spec.dtype, [&](auto tag) {
         using T = decltype(tag);
         T* y = out.data_as<T>();
-        if constexpr (std::is_integral_v<T>) {
-          for (int64_t i = 0; i < spec.length; ++i) y[i] = static_cast<T>(spec.int_start + spec.int_step * i);
-        } else {
-          // start + step * i, in double for f32 and in float for bf16/f16, as PyTorch's CPU kernel.
-          using Acc = std::conditional_t<std::is_same_v<T, float>, double, float>;
-          const auto start = static_cast<Acc>(spec.start), step = static_cast<Acc>(spec.step);
-          for (int64_t i = 0; i < spec.length; ++i) y[i] = store<T>(start + step * static_cast<Acc>(i));
-        }
+        for_each_run_in_tile(tile, [&](int64_t offset, int64_t first, int64_t count) {
+          for (int64_t i = first; i < first + count; ++i) {
+            if constexpr (std::is_integral_v<T>) {
+              y[offset + i - first] = static_cast<T>(spec.int_start + spec.int_step * i);
+            } else {
+              // start + step * i, in double for f32 and in float for bf16/f16, as PyTorch's CPU kernel.
+              using Acc = std::conditional_t<std::is_same_v<T, float>, double, float>;
+              y[offset + i - first] =
+                  store<T>(static_cast<Acc>(spec.start) + static_cast<Acc>(spec.step) * static_cast<Acc>(i));
+            }
+          }
+        });
       });
       return std::vector<DenseTensor>{std::move(out)};
     };
+    op.kernel =
+        whole_result_kernel(op.tiled_kernel, [](const OpArgs& args) { return Shape{arange_spec(args).length}; });
     return op;
   };
   const char* const options =
@@ -367,7 +412,7 @@ void add_random(OpRegistry& r, std::string_view schema) {
     return std::vector<TensorType>{{dtype_of(args), size_arg(args)}};
   };
   def.sharding_rule = own_factors_rule;
-  def.kernel = [dtype_of](const OpArgs& args, std::span<const DenseTensor> in) {
+  def.tiled_kernel = [dtype_of](const OpArgs& args, std::span<const DenseTensor> in, const ResultTile& tile) {
     const DType dtype = dtype_of(args);
     int64_t seed = 0;
     if constexpr (kSeed == SeedSource::kTensor) {
@@ -375,22 +420,25 @@ void add_random(OpRegistry& r, std::string_view schema) {
     } else {
       seed = args.get_int("seed");
     }
-    DenseTensor out = DenseTensor::empty(dtype, size_arg(args));
+    DenseTensor out = DenseTensor::zeros(dtype, tile.shape);
     const int bits = significand_bits(dtype);
     visit_dtype(dtype, [&](auto tag) {
       using T = decltype(tag);
       T* y = out.data_as<T>();
-      for (int64_t i = 0; i < out.numel(); ++i) {
-        const double value = random_element<kDist>(seed, i);
-        if constexpr (kDist == Distribution::kUniform) {
-          y[i] = store<T>(std::ldexp(std::floor(std::ldexp(value, bits)), -bits));  // exact in T
-        } else {
-          y[i] = store<T>(value);
+      for_each_run_in_tile(tile, [&](int64_t offset, int64_t first, int64_t count) {
+        for (int64_t i = first; i < first + count; ++i) {
+          const double value = random_element<kDist>(seed, i);
+          if constexpr (kDist == Distribution::kUniform) {
+            y[offset + i - first] = store<T>(std::ldexp(std::floor(std::ldexp(value, bits)), -bits));  // exact in T
+          } else {
+            y[offset + i - first] = store<T>(value);
+          }
         }
-      }
+      });
     });
     return std::vector<DenseTensor>{std::move(out)};
   };
+  def.kernel = whole_result_kernel(def.tiled_kernel, size_arg);
   r.add(schema, std::move(def));
 }
 

@@ -213,67 +213,66 @@ std::vector<std::vector<int>> factors_for_plan(const FactorChoice& c, FactorPlan
   }
   // A factor only the results have (stack's new dim) can be sharded only
   // when the op can make a local shape of any size (it has a shape
-  // argument); otherwise the result is made whole along it and sliced.
+  // argument, or computes any tile of its result: position-dependent ops);
+  // otherwise the result is made whole along it and sliced.
   std::vector<bool> in_operands(rule.factors.size(), false);
   for (const DimFactors& mapping : rule.operands) {
     for (const std::vector<int>& factors : mapping) {
       for (int f : factors) in_operands[static_cast<std::size_t>(f)] = true;
     }
   }
-  if (!op.position_dependent) {
-    // A contraction its operands already agree on costs no operand
-    // communication, only a reduction of the result (a reduce-scatter when
-    // the result is wanted sharded): settle it first.
-    for (std::size_t f = 0; f < rule.factors.size(); ++f) {
-      if (rule.factors[f].kind != FactorKind::kReduction) continue;
-      std::optional<std::vector<int>> agreed;
-      bool all_agree = true;
-      std::vector<std::size_t> whole;    // operands that have the factor's dim whole
-      bool every_operand_has_it = true;  // else it stays whole (see the addend check below)
-      for (std::size_t o = 0; o < operands.size(); ++o) {
-        const bool has = has_factor(rule.operands[o], f);
-        every_operand_has_it = every_operand_has_it && (has || static_cast<int>(o) == c.addend);
-        if (!has) continue;
-        const std::vector<int>& axes = offered_axes(offered[o], f);
-        if (axes.empty()) {
-          whole.push_back(o);
-          continue;
-        }
-        if (!agreed) agreed = axes;
-        all_agree = all_agree && *agreed == axes;
-      }
-      if (!agreed || !all_agree || !every_operand_has_it) continue;
-      if (whole.empty() || slicing_whole_operands_is_cheaper(c, operands, whole, *agreed)) {
-        take(f, *agreed);
-      }
-    }
-    for (std::size_t r = 0; plan != FactorPlan::kOperandsOnly && r < node.outputs().size(); ++r) {
-      const DimAxes dims = effective_axes(mesh, c.shardings.sharding(node.outputs()[r]));
-      std::vector<std::vector<int>> projected(rule.factors.size());
-      for (std::size_t d = 0; d < dims.size(); ++d) {
-        for (FactorAxes& taken : project_to_factors(mesh, rule, rule.results[r][d], dims[d])) {
-          projected[static_cast<std::size_t>(taken.factor)] = std::move(taken.axes);
-        }
-      }
-      for (std::size_t f = 0; f < projected.size(); ++f) {
-        if (projected[f].empty() || (!in_operands[f] && op.output_shape_arg.empty())) continue;
-        if (slices_a_picked_from_operand(rule, offered, operands, f, projected[f], node.outputs()[r])) continue;
-        take(f, projected[f]);
-      }
-      if (plan != FactorPlan::kResultsOnly) continue;
-      // Whole in the result: kept whole, not taken from an operand.
-      for (const std::vector<int>& factors : rule.results[r]) {
-        for (int f : factors) settled[static_cast<std::size_t>(f)] = true;
-      }
-    }
+  // A contraction its operands already agree on costs no operand
+  // communication, only a reduction of the result (a reduce-scatter when
+  // the result is wanted sharded): settle it first.
+  for (std::size_t f = 0; f < rule.factors.size(); ++f) {
+    if (rule.factors[f].kind != FactorKind::kReduction) continue;
+    std::optional<std::vector<int>> agreed;
+    bool all_agree = true;
+    std::vector<std::size_t> whole;    // operands that have the factor's dim whole
+    bool every_operand_has_it = true;  // else it stays whole (see the addend check below)
     for (std::size_t o = 0; o < operands.size(); ++o) {
-      for (const auto& [f, axes] : offered[o]) {
-        if (rule.factors[f].kind == FactorKind::kIndexed && rule.leaves_partials(static_cast<int>(f)) &&
-            !axes.empty() && !lookup_in_shards_is_cheaper(c, *operands[o], *current[o], axes)) {
-          continue;
-        }
-        take(f, axes);
+      const bool has = has_factor(rule.operands[o], f);
+      every_operand_has_it = every_operand_has_it && (has || static_cast<int>(o) == c.addend);
+      if (!has) continue;
+      const std::vector<int>& axes = offered_axes(offered[o], f);
+      if (axes.empty()) {
+        whole.push_back(o);
+        continue;
       }
+      if (!agreed) agreed = axes;
+      all_agree = all_agree && *agreed == axes;
+    }
+    if (!agreed || !all_agree || !every_operand_has_it) continue;
+    if (whole.empty() || slicing_whole_operands_is_cheaper(c, operands, whole, *agreed)) {
+      take(f, *agreed);
+    }
+  }
+  for (std::size_t r = 0; plan != FactorPlan::kOperandsOnly && r < node.outputs().size(); ++r) {
+    const DimAxes dims = effective_axes(mesh, c.shardings.sharding(node.outputs()[r]));
+    std::vector<std::vector<int>> projected(rule.factors.size());
+    for (std::size_t d = 0; d < dims.size(); ++d) {
+      for (FactorAxes& taken : project_to_factors(mesh, rule, rule.results[r][d], dims[d])) {
+        projected[static_cast<std::size_t>(taken.factor)] = std::move(taken.axes);
+      }
+    }
+    for (std::size_t f = 0; f < projected.size(); ++f) {
+      if (projected[f].empty() || (!in_operands[f] && op.output_shape_arg.empty() && !op.position_dependent)) continue;
+      if (slices_a_picked_from_operand(rule, offered, operands, f, projected[f], node.outputs()[r])) continue;
+      take(f, projected[f]);
+    }
+    if (plan != FactorPlan::kResultsOnly) continue;
+    // Whole in the result: kept whole, not taken from an operand.
+    for (const std::vector<int>& factors : rule.results[r]) {
+      for (int f : factors) settled[static_cast<std::size_t>(f)] = true;
+    }
+  }
+  for (std::size_t o = 0; o < operands.size(); ++o) {
+    for (const auto& [f, axes] : offered[o]) {
+      if (rule.factors[f].kind == FactorKind::kIndexed && rule.leaves_partials(static_cast<int>(f)) && !axes.empty() &&
+          !lookup_in_shards_is_cheaper(c, *operands[o], *current[o], axes)) {
+        continue;
+      }
+      take(f, axes);
     }
   }
 

@@ -223,6 +223,10 @@ void Partitioner::emit_local_op(const Node& node, const OpPlanInputs& inputs,
       local_args[static_cast<std::size_t>(arg)].constant =
           Constant(std::vector<int64_t>(builder_.slot_type(rep.slot).shape));
     }
+    if (op.position_dependent) {
+      compute.tile_axes = rep.dims;
+      compute.global_shape = node.outputs()[r]->type().shape;
+    }
     results.push_back(std::move(rep));
   }
   compute.args.emplace(op.schema, std::move(local_args));
@@ -233,14 +237,7 @@ void Partitioner::emit_local_op(const Node& node, const OpPlanInputs& inputs,
     compute.reinterprets = reinterprets_operand(op, *compute.args, local_inputs, local_outputs);
   }
   builder_.emit(std::move(compute));
-  for (std::size_t r = 0; r < node.outputs().size(); ++r) {
-    const Value* output = node.outputs()[r];
-    reps_[output] = results[r];
-    if (op.position_dependent) {
-      // Computed whole on every device: keep the shard propagation chose.
-      reps_[output] = move_value_for_use(output, effective_axes(mesh_, shardings_.sharding(output)), node_text(node));
-    }
-  }
+  for (std::size_t r = 0; r < node.outputs().size(); ++r) reps_[node.outputs()[r]] = results[r];
 }
 
 }  // namespace shardflow::partition_detail

@@ -269,16 +269,14 @@ std::vector<std::vector<int>> Partitioner::factors_of_cheapest_plan(const Node& 
   const FactorChoice choice{mesh_, shardings_, node, inputs.rule, current, partials_kept, inputs.addend};
   std::vector<std::vector<int>> factor_axes = factors_for_plan(choice, FactorPlan::kResultsThenOperands);
   double least = -1;
-  if (!node.op().position_dependent) {
-    for (const FactorPlan plan : {FactorPlan::kOperandsOnly, FactorPlan::kResultsOnly}) {
-      std::vector<std::vector<int>> other = factors_for_plan(choice, plan);
-      if (other == factor_axes) continue;
-      if (least < 0) least = plan_cost(node, inputs.rule, current, partials_kept, factor_axes, operand_moves);
-      const double other_cost = plan_cost(node, inputs.rule, current, partials_kept, other, operand_moves);
-      if (other_cost < least) {
-        least = other_cost;
-        factor_axes = std::move(other);
-      }
+  for (const FactorPlan plan : {FactorPlan::kOperandsOnly, FactorPlan::kResultsOnly}) {
+    std::vector<std::vector<int>> other = factors_for_plan(choice, plan);
+    if (other == factor_axes) continue;
+    if (least < 0) least = plan_cost(node, inputs.rule, current, partials_kept, factor_axes, operand_moves);
+    const double other_cost = plan_cost(node, inputs.rule, current, partials_kept, other, operand_moves);
+    if (other_cost < least) {
+      least = other_cost;
+      factor_axes = std::move(other);
     }
   }
   if (cost != nullptr) {

@@ -66,6 +66,17 @@ static std::string axes_list(const Mesh& mesh, const std::vector<int>& axes) {
   return text;
 }
 
+// "[8, 6] (dim 0 over 'a')": a position-dependent result's global shape
+// and the dims its tiles split.
+static std::string tile_text(const Mesh& mesh, const Instruction& instruction) {
+  std::string split;
+  for (std::size_t d = 0; d < instruction.tile_axes.size(); ++d) {
+    if (instruction.tile_axes[d].empty()) continue;
+    split += fmt::format("{}dim {} over {}", split.empty() ? "" : ", ", d, axes_list(mesh, instruction.tile_axes[d]));
+  }
+  return fmt::format("{} ({})", shape_to_string(instruction.global_shape), split.empty() ? "whole" : split);
+}
+
 std::string CollectiveInfo::describe(const Mesh& mesh) const {
   std::string op;
   if (kind == CollectiveKind::kAllReduce || kind == CollectiveKind::kReduceScatter) {
@@ -120,6 +131,8 @@ std::string PartitionedProgram::to_string(const Graph& graph) const {
                                instruction.indexed_write ? "writes" : "looks up", instruction.dim,
                                instruction.inputs[static_cast<std::size_t>(instruction.indexed_input)],
                                instruction.global_size, axes_list(*mesh, instruction.axes_before));
+        } else if (instruction.op->position_dependent) {
+          window = "  # this device's tile of " + tile_text(*mesh, instruction);
         }
         out += fmt::format("  {} = {}({}){}{}\n", outputs, instruction.op->full_name(),
                            instruction.args ? call_arguments(instruction) : inputs,

@@ -259,6 +259,8 @@ class DeviceRun {
       const IndexWindow window{tile_index(mesh_, coords_, instruction.axes_before) * shard_rows,
                                instruction.global_size};
       outputs = instruction.op->windowed_kernel(*instruction.args, inputs, window);
+    } else if (instruction.op->position_dependent) {
+      outputs = instruction.op->tiled_kernel(*instruction.args, inputs, tile_of(instruction));
     } else {
       outputs = instruction.op->kernel(*instruction.args, inputs);
     }
@@ -271,6 +273,15 @@ class DeviceRun {
       if (instruction.scale != 1) outputs[i] = scaled(outputs[i], instruction.scale);
       set(instruction, std::move(outputs[i]), i);
     }
+  }
+
+  // Where this device's tile of a position-dependent op's result lies.
+  ResultTile tile_of(const Instruction& instruction) const {
+    ResultTile tile{{}, out_type(instruction).shape, instruction.global_shape};
+    for (std::size_t d = 0; d < tile.shape.size(); ++d) {
+      tile.begin.push_back(tile_index(mesh_, coords_, instruction.tile_axes[d]) * tile.shape[d]);
+    }
+    return tile;
   }
 
   static DenseTensor scaled(const DenseTensor& value, double scale) {

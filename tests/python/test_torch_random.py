@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import shardflow.torch  # noqa: F401  (the backend)
+import shardflow.torch  # the backend, explain
 import shardflow.torch.spmd as xs
 
 ROWS, COLUMNS = 6, 40
@@ -94,6 +94,23 @@ def test_random_ops_compile_to_one_graph(spmd):
 
     explanation = torch._dynamo.explain(f)(probabilities())
     assert (explanation.graph_count, explanation.graph_break_count) == (1, 0)
+
+
+def test_each_device_draws_only_its_tile(spmd):
+    """A dropout of rows split 4 ways (6 rows: tiles of 2, the last empty)
+    draws each device's 2 x 40 tile, not the whole 6 x 40 mask."""
+    spmd(4)
+
+    def f(x):
+        xs.mark_sharding(x, xs.Mesh(torch.arange(4), (4,)), (0, None))
+        return F.dropout(x, 0.25, training=True)
+
+    (report,) = shardflow.torch.explain(f, probabilities()).graphs
+    draws = [line for line in report.program_text.splitlines() if "shardflow::rand.seed_tensor(" in line]
+    assert len(draws) == 2, report.program_text  # the IR's line and the per-device program's
+    assert ": f32[2,40] = shardflow::rand.seed_tensor([6, 40]," in draws[1]
+    assert "this device's tile of [6,40] (dim 0 over '0')" in draws[1]
+    assert "local-slice" not in report.program_text
 
 
 # -- laws -----------------------------------------------------------------------

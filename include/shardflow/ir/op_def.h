@@ -81,6 +81,22 @@ struct IndexWindow {
 using WindowedKernelFn =
     std::function<std::vector<DenseTensor>(const OpArgs&, std::span<const DenseTensor>, const IndexWindow&)>;
 
+// A device's tile of the result of an op whose values depend on their global
+// positions (OpDef::position_dependent): per dim, the global index of the
+// tile's first element, the tile's (padded) extent and the dim's global
+// extent. Elements past the global extent are padding: a kernel fills them
+// with zeros.
+struct ResultTile {
+  std::vector<int64_t> begin;
+  Shape shape;
+  Shape global_shape;
+
+  // The whole result, as on one device.
+  static ResultTile whole(const Shape& shape) { return {std::vector<int64_t>(shape.size(), 0), shape, shape}; }
+};
+using TiledKernelFn =
+    std::function<std::vector<DenseTensor>(const OpArgs&, std::span<const DenseTensor>, const ResultTile&)>;
+
 // How an op treats operands that are unreduced partial sums (the result of
 // contracting a sharded dim, before its all-reduce): whether it may compute on
 // them, leaving its result unreduced too, so that the reduction waits until a
@@ -105,9 +121,11 @@ struct OpDef {
   // The kernel divides by the number of reduced elements (mean): when a
   // reduced dim is sharded, the partitioner rescales the local result.
   bool averages = false;
-  // Values depend on global positions (arange, rand, randn): the whole result
-  // is computed on every device and each keeps its shard.
+  // Values depend on global positions (arange, rand, randn): each device
+  // computes its own tile of the result with `tiled_kernel` (`kernel` is
+  // the whole result's tile), whatever sharding the result takes.
   bool position_dependent = false;
+  TiledKernelFn tiled_kernel;
   // The tensor argument added to the result after the contraction (linear's
   // "bias"). A sharded contraction leaves partial sums that would each add
   // it, so the partitioner keeps it on one device per reduction group and

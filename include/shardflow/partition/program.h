@@ -87,6 +87,11 @@ struct Instruction {
   // those rows (index_copy) rather than looking them up.
   int indexed_input = -1;
   bool indexed_write = false;
+  // kCompute of a position-dependent op (OpDef::position_dependent): each
+  // result dim's sharding, from which a device finds where its tile lies in
+  // the result (the result slot's type is the tile's padded shape).
+  std::vector<std::vector<int>> tile_axes;
+  Shape global_shape;  // the result's
   // Input slots this instruction reads last (program outputs never): a device
   // drops them after it, so it holds only the values still ahead of it, and
   // a compute instruction that reads such a slot once takes it as the sole
