@@ -365,19 +365,23 @@ constexpr uint64_t random_bits(int64_t seed, uint64_t counter) {
   return mix64(mix64(static_cast<uint64_t>(seed)) + (counter + 1) * 0x9E3779B97F4A7C15ULL);
 }
 
-// Element `flat_index` of a tensor drawn with `seed`: uniform in [0, 1) with
-// f32's 24 bits, or standard normal. A pure function of its arguments, so a
-// tensor is the concatenation of its elements drawn one by one.
-template <Distribution kDist>
-double random_element(int64_t seed, int64_t flat_index) {
+// Element `flat_index` of a uniform draw with `seed` in a dtype of `bits`
+// significand bits: the top `bits` of its random bits times 2^-bits, exact
+// in the dtype and below 1 (f32 keeps 24, bf16 8 and f16 11: the rounding
+// down of the 24-bit value). `scale` is 2^-bits.
+float uniform_element(int64_t seed, int64_t flat_index, int bits, float scale) {
+  return static_cast<float>(random_bits(seed, static_cast<uint64_t>(flat_index)) >> (64 - bits)) * scale;
+}
+
+// Element `flat_index` of a standard normal draw with `seed`. Each element
+// is a pure function of its arguments, so a tensor is the concatenation of
+// its elements drawn one by one.
+double normal_element(int64_t seed, int64_t flat_index) {
+  constexpr double k2ToMinus53 = 0x1p-53;
   const auto i = static_cast<uint64_t>(flat_index);
-  if constexpr (kDist == Distribution::kUniform) {
-    return std::ldexp(static_cast<double>(random_bits(seed, i) >> 40), -24);
-  } else {
-    const double u1 = std::ldexp(static_cast<double>((random_bits(seed, 2 * i) >> 11) + 1), -53);
-    const double u2 = std::ldexp(static_cast<double>(random_bits(seed, 2 * i + 1) >> 11), -53);
-    return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
-  }
+  const double u1 = static_cast<double>((random_bits(seed, 2 * i) >> 11) + 1) * k2ToMinus53;
+  const double u2 = static_cast<double>(random_bits(seed, 2 * i + 1) >> 11) * k2ToMinus53;
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
 }
 
 // Significand bits of the floating dtypes, for rand's rounding down.
@@ -422,16 +426,16 @@ void add_random(OpRegistry& r, std::string_view schema) {
     }
     DenseTensor out = DenseTensor::zeros(dtype, tile.shape);
     const int bits = significand_bits(dtype);
+    const float scale = std::ldexp(1.0f, -bits);
     visit_dtype(dtype, [&](auto tag) {
       using T = decltype(tag);
-      T* y = out.data_as<T>();
       for_each_run_in_tile(tile, [&](int64_t offset, int64_t first, int64_t count) {
-        for (int64_t i = first; i < first + count; ++i) {
-          const double value = random_element<kDist>(seed, i);
+        T* run = out.data_as<T>() + offset;
+        for (int64_t k = 0; k < count; ++k) {
           if constexpr (kDist == Distribution::kUniform) {
-            y[offset + i - first] = store<T>(std::ldexp(std::floor(std::ldexp(value, bits)), -bits));  // exact in T
+            run[k] = store<T>(uniform_element(seed, first + k, bits, scale));
           } else {
-            y[offset + i - first] = store<T>(value);
+            run[k] = store<T>(normal_element(seed, first + k));
           }
         }
       });
