@@ -110,7 +110,7 @@ class RandomCase {
         return false;
       }
     };
-    switch (pick(0, 31)) {
+    switch (pick(0, 32)) {
       case 0: return sf::silu(a);
       case 1: return sf::tanh(a) * 2;
       case 2: return broadcastable(a, b) ? a + b : a - 1;
@@ -180,6 +180,12 @@ class RandomCase {
         rows[static_cast<std::size_t>(dim)] = indices.numel();
         const sf::Tensor source = sf::randn(rows, pick(0, 100000));
         return sf::index_copy(a, dim, indices, pick(0, 1) ? annotate(source) : source);
+      }
+      case 31: {  // a draw in a's layout: each device draws its tile (f32 or bf16, uniform or normal)
+        const sf::DType dtype = pick(0, 1) ? sf::DType::kF32 : sf::DType::kBF16;
+        const sf::Tensor draw = pick(0, 1) ? sf::rand(a.shape(), pick(0, 100000), dtype)
+                                           : sf::randn(a.shape(), pick(0, 100000), dtype);
+        return a + draw.to(sf::DType::kF32);
       }
       default: return sf::sqrt(sf::abs(a) + 1);
     }
