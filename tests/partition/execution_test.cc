@@ -8,6 +8,7 @@
 #include <numeric>
 #include <random>
 
+#include "random_mesh.h"
 #include "shardflow/partition/program.h"
 #include "shardflow/runtime/executor.h"
 #include "shardflow/shardflow.h"
@@ -855,33 +856,24 @@ TEST(Execution, PositionDependentOpsComputeTheirTilesOnly) {
   const char* const draws[] = {"shardflow::rand", "shardflow::randn", "shardflow::rand_bf16", "aten::arange",
                                "aten::arange_i64"};
   for (int trial = 0; trial < 60; ++trial) {
-    std::vector<int64_t> mesh_shape;
-    int64_t devices = 1;
-    for (int a = 0, axes = pick(1, 3); a < axes; ++a) {
-      int64_t extent = pick(1, 4);
-      while (devices * extent > 8) --extent;
-      mesh_shape.push_back(extent);
-      devices *= extent;
-    }
-    std::vector<int64_t> ids(static_cast<std::size_t>(devices));
-    std::iota(ids.begin(), ids.end(), int64_t{0});
-    std::shuffle(ids.begin(), ids.end(), rng);
-    std::string axis_names;
-    for (std::size_t a = 0; a < mesh_shape.size(); ++a) axis_names += fmt::format("'{}', ", static_cast<char>('a' + a));
-    const std::string mesh = fmt::format("[{}], \"({},)\", \"({})\"", fmt::join(ids, ", "),
-                                         fmt::join(mesh_shape, ","), axis_names);
+    const std::unique_ptr<sf::Mesh> random = sf::testing_util::random_mesh(rng);
+    std::vector<std::string> quoted;
+    for (const std::string& name : random->axis_names()) quoted.push_back("'" + name + "'");
+    const std::string mesh = fmt::format("[{}], \"({},)\", \"({},)\"", fmt::join(random->device_ids(), ", "),
+                                         fmt::join(random->mesh_shape(), ","), fmt::join(quoted, ", "));
+    const auto mesh_axes = static_cast<int>(random->num_axes());
     const std::string draw = draws[trial % 5];
     const bool arange = draw.starts_with("aten::arange");
     std::vector<int64_t> shape;
     for (int d = 0, rank = arange ? 1 : pick(1, 3); d < rank; ++d) shape.push_back(pick(1, 9));
     // Each axis splits at most one dim, or none; dims of one element stay whole.
-    std::vector<int> axes(mesh_shape.size());
+    std::vector<int> axes(static_cast<std::size_t>(mesh_axes));
     std::iota(axes.begin(), axes.end(), 0);
     std::shuffle(axes.begin(), axes.end(), rng);
     std::vector<std::vector<std::string>> dim_axes(shape.size());
     for (int axis : axes) {
       const auto d = static_cast<std::size_t>(pick(0, static_cast<int>(shape.size())));
-      if (d < shape.size() && shape[d] > 1) dim_axes[d].push_back(fmt::format("'{}'", static_cast<char>('a' + axis)));
+      if (d < shape.size() && shape[d] > 1) dim_axes[d].push_back(quoted[static_cast<std::size_t>(axis)]);
     }
     std::vector<std::string> dims;
     for (const std::vector<std::string>& names : dim_axes) {
@@ -910,7 +902,7 @@ TEST(Execution, PositionDependentOpsComputeTheirTilesOnly) {
     EXPECT_EQ(program.slots[static_cast<std::size_t>(computed.outputs[0])].shape,
               sf::local_shape(graph.outputs()[0]->type().shape, shardings.sharding(graph.outputs()[0])))
         << listing;
-    sf::Runtime runtime = sf::Runtime::local(devices);
+    sf::Runtime runtime = sf::Runtime::local(random->size());
     const sf::DenseTensor expected = sf::run_graph(graph, {})[0];
     const sf::DenseTensor actual = sf::run_program(program, runtime, {})[0].value();
     ASSERT_EQ(actual.nbytes(), expected.nbytes());
