@@ -232,14 +232,14 @@ void register_arange(OpRegistry& r) {
         using T = decltype(tag);
         T* y = out.data_as<T>();
         for_each_run_in_tile(tile, [&](int64_t offset, int64_t first, int64_t count) {
-          for (int64_t i = first; i < first + count; ++i) {
+          T* run = y + offset;
+          for (int64_t k = 0, i = first; k < count; ++k, ++i) {
             if constexpr (std::is_integral_v<T>) {
-              y[offset + i - first] = static_cast<T>(spec.int_start + spec.int_step * i);
+              run[k] = static_cast<T>(spec.int_start + spec.int_step * i);
             } else {
               // start + step * i, in double for f32 and in float for bf16/f16, as PyTorch's CPU kernel.
               using Acc = std::conditional_t<std::is_same_v<T, float>, double, float>;
-              y[offset + i - first] =
-                  store<T>(static_cast<Acc>(spec.start) + static_cast<Acc>(spec.step) * static_cast<Acc>(i));
+              run[k] = store<T>(static_cast<Acc>(spec.start) + static_cast<Acc>(spec.step) * static_cast<Acc>(i));
             }
           }
         });
