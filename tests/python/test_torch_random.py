@@ -133,6 +133,25 @@ def test_uniform_draws(spmd):
     assert h.dtype == torch.float16 and 0 <= h.min() and h.max() < 1
 
 
+@pytest.mark.parametrize("dtype, low, high", [
+    (torch.bfloat16, 100, 101), (torch.bfloat16, -101, -100), (torch.bfloat16, 0.1, 0.2),
+    (torch.float16, 0.1, 0.2), (torch.float32, 1e6, 1e6 + 1)])
+def test_uniform_into_a_coarse_dtype_has_eager_law(spmd, dtype, low, high):
+    """uniform_ rounded to a dtype whose steps are coarse against the range:
+    never `high` (in eager, bf16 uniform_(100, 101) is 100 or 100.5, half
+    the time each), and every value as frequent as in eager PyTorch."""
+    spmd(1)
+    x = torch.zeros(1 << 20, dtype=dtype)
+    ours = draw(compiled(lambda t: t.clone().uniform_(low, high), 1), x, seed=3)
+    eager = x.clone().uniform_(low, high)
+    assert not (ours >= high).any()
+    values, counts = torch.unique(ours, return_counts=True)
+    eager_values, eager_counts = torch.unique(eager, return_counts=True)
+    assert torch.equal(values, eager_values)
+    # Binomial counts: apart by more than 6 sd of their difference by chance about never.
+    assert ((counts - eager_counts).abs() <= 6 * (counts + eager_counts).sqrt()).all()
+
+
 def test_normal_draws(spmd):
     spmd(2)
     z = sample(lambda x: torch.randn_like(x))

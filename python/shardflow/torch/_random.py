@@ -74,8 +74,15 @@ def _randn_like(x, *, dtype=None, layout=None, device=None, pin_memory=None, mem
 
 @_decomposes(aten.uniform.default)
 def _uniform_fill(x, low=0.0, high=1.0, *, generator=None):
+    """low + u (high - low), computed in f32 and rounded to x's dtype; a
+    value that rounds to `high` or above (`high` as x's dtype has it) is
+    `low` instead, so every value lies in [low, high) with the law of
+    PyTorch's CPU kernel: uniform_(100, 101) into bf16 is 100 or 100.5,
+    half the time each. (PyTorch computes f32's in double, so values at
+    the edge of a rounding step may differ in their last bit.)"""
     _no_generator(generator)
-    return (_uniform(x.shape) * (high - low) + low).to(x.dtype)
+    value = (_uniform(x.shape) * (high - low) + low).to(x.dtype)
+    return value.masked_fill(value >= high, low)
 
 
 @_decomposes(aten.normal_functional.default)
