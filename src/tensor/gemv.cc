@@ -1,6 +1,8 @@
 #include "gemv.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <new>
 #include <type_traits>
 
 #include "shardflow/tensor/parallel.h"
@@ -25,6 +27,7 @@ struct Vec {
   static T load(const float* p) { return _mm256_loadu_ps(p); }
   static void store(float* p, T v) { _mm256_storeu_ps(p, v); }
   static T broadcast(float x) { return _mm256_set1_ps(x); }
+  static T zero() { return _mm256_setzero_ps(); }
   static T fma(T a, T b, T c) { return _mm256_fmadd_ps(a, b, c); }
   static T add(T a, T b) { return _mm256_add_ps(a, b); }
   static float sum(T v) {
@@ -40,6 +43,7 @@ struct Vec {
   static T load(const float* p) { return *p; }
   static void store(float* p, T v) { *p = v; }
   static T broadcast(float x) { return x; }
+  static T zero() { return 0.0f; }
   static T fma(T a, T b, T c) { return a * b + c; }
   static T add(T a, T b) { return a + b; }
   static float sum(T v) { return v; }
@@ -66,23 +70,25 @@ constexpr int kChains = 4;
 constexpr int64_t kLongRow = 2048;
 // The weight rows read side by side, and the rows of x sharing each weight
 // load: all their accumulators must stay in the vector registers beside
-// the loads, 32 with AVX-512 and 16 with AVX2 (kChains each for one row of
-// x; one each for several, summed one register's chains at a time: see
-// add_rounds_by_register). With AVX-512 the eight rows of a batch share
-// one read of a short weight row and four a long one. Intel Xeon family 6
-// model 207, 8 rows of x, 1 and 2 threads, against a streaming read of a
-// 1 GiB weight of 768 columns: 0.42 and 0.30 with four rows per read and
-// 256-bit registers, 0.66-0.70 and 0.60-0.65 now; against weights in L2
-// (32 x 8192), 9-11 GB/s with one row of x per read of four weight rows
-// and 14 now.
+// the loads, 32 with AVX-512 and 16 with AVX2 (a round's chains each, up
+// to kMaxAccumulators; beyond, one each, summed one register's chains at
+// a time: see add_rounds_by_register). With AVX-512 the eight rows of a
+// batch share one read of a short weight row and four a long one. Intel
+// Xeon family 6 model 207, 8 rows of x, 1 and 2 threads, against a
+// streaming read of a 1 GiB weight of 768 columns: 0.42 and 0.30 with four
+// rows per read and 256-bit registers, 0.66-0.70 and 0.60-0.65 with eight;
+// against weights in L2 (32 x 8192), 9-11 GB/s with one row of x per read
+// of four weight rows and 14 with four.
 #if defined(__AVX512F__)
 constexpr int kLongRowTile = 4;
 constexpr int kRowsPerRead = 8;
 constexpr int kRowsPerLongRead = 4;
+constexpr int kMaxAccumulators = 24;  // of 32 vector registers
 #else
 constexpr int kLongRowTile = 2;
 constexpr int kRowsPerRead = 2;
 constexpr int kRowsPerLongRead = 1;
+constexpr int kMaxAccumulators = 8;  // of 16
 #endif
 // Short weight rows read against all the rows of x at once (a batch of up
 // to kRowsPerRead, summed over the whole row) need those rows in L1 beside
@@ -131,6 +137,7 @@ struct PairVec {
   using T = __m512;
   static constexpr int64_t kLanes = 16;
   static T load(const float* p) { return _mm512_loadu_ps(p); }
+  static T zero() { return _mm512_setzero_ps(); }
   static void store(float* p, T v) { _mm512_storeu_ps(p, v); }
   static T fma(T a, T b, T c) { return _mm512_fmadd_ps(a, b, c); }
 };
@@ -187,13 +194,14 @@ void prefetch_round(const float* w, int64_t ldw, int64_t i, const PrefetchPlan& 
 }
 
 // Adds the rounds of [begin, end) of k (whole rounds) to the chains of a
-// tile: kWeightRows weight rows (ldw apart) against kBatch rows of x (ldx
-// apart). sums holds each output's kChains chains side by side (kStep
-// floats; outputs of one weight row sums_ld apart), so a V register holds
+// tile: kWeightRows weight rows (ldw apart) against kBatch rows of x, packed
+// at xp (see pack_rows: a row's consecutive vectors kXStride floats apart).
+// sums holds each output's kChains chains side by side (kStep floats;
+// outputs of one weight row sums_ld apart), so a V register holds
 // consecutive chains.
-template <class V, int kWeightRows, int kBatch, bool kPrefetch>
-void add_rounds(const float* w, int64_t ldw, const float* x, int64_t ldx, int64_t begin, int64_t end, float* sums,
-                int64_t sums_ld, const PrefetchPlan& plan) {
+template <class V, int kWeightRows, int kBatch, int64_t kXStride, bool kPrefetch>
+void add_rounds(const float* w, int64_t ldw, const float* xp, int64_t begin, int64_t end, float* sums, int64_t sums_ld,
+                const PrefetchPlan& plan) {
   constexpr int kRegs = static_cast<int>(kStep / V::kLanes);
   typename V::T acc[kWeightRows][kBatch][kRegs];
 #pragma GCC unroll 4
@@ -201,16 +209,19 @@ void add_rounds(const float* w, int64_t ldw, const float* x, int64_t ldx, int64_
 #pragma GCC unroll 8
     for (int b = 0; b < kBatch; ++b) {
 #pragma GCC unroll 4
-      for (int c = 0; c < kRegs; ++c) acc[r][b][c] = V::load(sums + r * sums_ld + b * kStep + c * V::kLanes);
+      for (int c = 0; c < kRegs; ++c) {
+        acc[r][b][c] = begin == 0 ? V::zero() : V::load(sums + r * sums_ld + b * kStep + c * V::kLanes);
+      }
     }
   }
-  for (int64_t i = begin; i < end; i += kStep) {
+  const float* round_x = xp + begin / V::kLanes * kXStride;
+  for (int64_t i = begin; i < end; i += kStep, round_x += kRegs * kXStride) {
     if constexpr (kPrefetch) prefetch_round<kWeightRows>(w, ldw, i, plan);
 #pragma GCC unroll 4
     for (int c = 0; c < kRegs; ++c) {
       typename V::T xv[kBatch];
 #pragma GCC unroll 8
-      for (int b = 0; b < kBatch; ++b) xv[b] = V::load(x + b * ldx + i + c * V::kLanes);
+      for (int b = 0; b < kBatch; ++b) xv[b] = V::load(round_x + c * kXStride + b * V::kLanes);
 #pragma GCC unroll 4
       for (int r = 0; r < kWeightRows; ++r) {
         const typename V::T wv = V::load(w + r * ldw + i + c * V::kLanes);
@@ -235,23 +246,26 @@ void add_rounds(const float* w, int64_t ldw, const float* x, int64_t ldx, int64_
 // once (kWeightRows + kBatch loads for kWeightRows * kBatch FMAs), where a
 // core does fewer loads per second than FMAs. Each chain still adds its
 // vectors in order: the same bits.
-template <class V, int kWeightRows, int kBatch, bool kPrefetch>
-void add_rounds_by_register(const float* w, int64_t ldw, const float* x, int64_t ldx, int64_t begin, int64_t end,
-                            float* sums, int64_t sums_ld, const PrefetchPlan& plan) {
+template <class V, int kWeightRows, int kBatch, int64_t kXStride, bool kPrefetch>
+void add_rounds_by_register(const float* w, int64_t ldw, const float* xp, int64_t begin, int64_t end, float* sums,
+                            int64_t sums_ld, const PrefetchPlan& plan) {
   constexpr int kRegs = static_cast<int>(kStep / V::kLanes);
   for (int c = 0; c < kRegs; ++c) {
     typename V::T acc[kWeightRows][kBatch];
 #pragma GCC unroll 4
     for (int r = 0; r < kWeightRows; ++r) {
 #pragma GCC unroll 8
-      for (int b = 0; b < kBatch; ++b) acc[r][b] = V::load(sums + r * sums_ld + b * kStep + c * V::kLanes);
+      for (int b = 0; b < kBatch; ++b) {
+        acc[r][b] = begin == 0 ? V::zero() : V::load(sums + r * sums_ld + b * kStep + c * V::kLanes);
+      }
     }
-    for (int64_t i = begin; i < end; i += kStep) {
+    const float* round_x = xp + (begin / V::kLanes + c) * kXStride;
+    for (int64_t i = begin; i < end; i += kStep, round_x += kRegs * kXStride) {
       if (kPrefetch && c == 0) prefetch_round<kWeightRows>(w, ldw, i, plan);
       typename V::T xv[kBatch];
       typename V::T wv[kWeightRows];
 #pragma GCC unroll 8
-      for (int b = 0; b < kBatch; ++b) xv[b] = V::load(x + b * ldx + i + c * V::kLanes);
+      for (int b = 0; b < kBatch; ++b) xv[b] = V::load(round_x + b * V::kLanes);
 #pragma GCC unroll 4
       for (int r = 0; r < kWeightRows; ++r) wv[r] = V::load(w + r * ldw + i + c * V::kLanes);
 #pragma GCC unroll 4
@@ -270,29 +284,41 @@ void add_rounds_by_register(const float* w, int64_t ldw, const float* x, int64_t
 
 // add_rounds for kBatch rows of x, kPerRead at a time; only the first
 // group prefetches, the others find the weight block in L1.
-template <class V, int kWeightRows, int kBatch, int kPerRead, bool kPrefetch>
-void add_rounds_in_groups(const float* w, int64_t ldw, const float* x, int64_t ldx, int64_t begin, int64_t end,
-                          float* sums, int64_t sums_ld, const PrefetchPlan& plan) {
+template <class V, int kWeightRows, int kBatch, int kPerRead, int64_t kXStride, bool kPrefetch>
+void add_rounds_in_groups(const float* w, int64_t ldw, const float* xp, int64_t begin, int64_t end, float* sums,
+                          int64_t sums_ld, const PrefetchPlan& plan) {
   constexpr int kFirst = kBatch < kPerRead ? kBatch : kPerRead;
-  // By register where that leaves enough independent sums to hide the
-  // FMAs' latency.
-  if constexpr (kWeightRows * kFirst >= 8) {
-    add_rounds_by_register<V, kWeightRows, kFirst, kPrefetch>(w, ldw, x, ldx, begin, end, sums, sums_ld, plan);
+  // All of a round's vectors at once while their accumulators fit the
+  // registers beside the loads, so that each weight line is used whole
+  // when it arrives (a loop of one weight row against 8 rows of x read
+  // weights from L3 1.3x faster so than by register, Xeon model 207); by
+  // register beyond.
+  if constexpr (kWeightRows * kFirst * (kStep / V::kLanes) > kMaxAccumulators) {
+    add_rounds_by_register<V, kWeightRows, kFirst, kXStride, kPrefetch>(w, ldw, xp, begin, end, sums, sums_ld, plan);
   } else {
-    add_rounds<V, kWeightRows, kFirst, kPrefetch>(w, ldw, x, ldx, begin, end, sums, sums_ld, plan);
+    add_rounds<V, kWeightRows, kFirst, kXStride, kPrefetch>(w, ldw, xp, begin, end, sums, sums_ld, plan);
   }
   if constexpr (kBatch > kFirst) {
-    add_rounds_in_groups<V, kWeightRows, kBatch - kFirst, kPerRead, false>(w, ldw, x + kFirst * ldx, ldx, begin, end,
-                                                                           sums + kFirst * kStep, sums_ld, plan);
+    add_rounds_in_groups<V, kWeightRows, kBatch - kFirst, kPerRead, kXStride, false>(
+        w, ldw, xp + kFirst * V::kLanes, begin, end, sums + kFirst * kStep, sums_ld, plan);
   }
 }
+
+// Rows of x for the kernels: as given (for what is left past the whole
+// rounds) and packed for the rounds (see pack_rows).
+struct XRows {
+  const float* rows;
+  int64_t ld;
+  const float* packed;
+};
 
 // The dot product of a weight row and a row of x from its chains after the
 // whole rounds (from `whole` on): the whole vectors left over continue the
 // chains in order, then the chains add pairwise, the lanes, and the scalar
 // tail. The same order for any tile, so a row of x gets the same bits
 // alone or in a batch, from any weight row of a tile.
-float finish_dot(const float* chains, const float* w, const float* x, int64_t whole, int64_t k) {
+[[gnu::always_inline]] inline float finish_dot(const float* chains, const float* w, const float* x, int64_t whole,
+                                               int64_t k) {
   Vec::T acc[kChains];
   for (int c = 0; c < kChains; ++c) acc[c] = Vec::load(chains + c * Vec::kLanes);
   int64_t i = whole;
@@ -309,22 +335,23 @@ float finish_dot(const float* chains, const float* w, const float* x, int64_t wh
 // rows `spacing` rows apart (1: adjacent) and kBatch rows of x, read
 // kPerRead rows of x at a time with registers of V.
 template <class V, int kWeightRows, int kBatch, int kPerRead>
-void dot_rows(const float* w, int64_t spacing, int64_t k, const float* x, int64_t ldx, float* y, int64_t ldy,
-              bool accumulate) {
-  alignas(64) float sums[kWeightRows][kBatch][kStep] = {};
+void dot_rows(const float* w, int64_t spacing, int64_t k, const XRows& x, float* y, int64_t ldy, bool accumulate) {
+  // Each whole round's first block starts its chains at zero.
+  alignas(64) float sums[kWeightRows][kBatch][kStep];
   const int64_t ldw = spacing * k;
   const int64_t whole = k / kStep * kStep;
+  if (whole == 0) std::fill(&sums[0][0][0], &sums[0][0][0] + kWeightRows * kBatch * kStep, 0.0f);
   constexpr bool kGroups = kBatch > kPerRead;
   const int64_t block = kGroups ? kRoundsBlock : whole;
   const PrefetchPlan plan(k, spacing, kWeightRows);
   for (int64_t begin = 0; begin < whole; begin += block) {
     const int64_t end = std::min(whole, begin + block);
-    add_rounds_in_groups<V, kWeightRows, kBatch, kPerRead, true>(w, ldw, x, ldx, begin, end, &sums[0][0][0],
-                                                                 kBatch * kStep, plan);
+    add_rounds_in_groups<V, kWeightRows, kBatch, kPerRead, kBatch * V::kLanes, true>(
+        w, ldw, x.packed, begin, end, &sums[0][0][0], kBatch * kStep, plan);
   }
   for (int r = 0; r < kWeightRows; ++r) {
     for (int b = 0; b < kBatch; ++b) {
-      const float dot = finish_dot(sums[r][b], w + r * ldw, x + b * ldx, whole, k);
+      const float dot = finish_dot(sums[r][b], w + r * ldw, x.rows + b * x.ld, whole, k);
       float& out = y[b * ldy + r * spacing];
       out = accumulate ? out + dot : dot;
     }
@@ -338,24 +365,23 @@ using RowsVec = std::conditional_t<kBatch == 1, Vec, PairVec>;
 
 // Rows [begin, end) of y = x B^T for kBatch rows of x.
 template <int kBatch>
-void gemv_rows(int64_t begin, int64_t end, int64_t k, const float* w, const float* x, int64_t ldx, float* y,
-               int64_t ldy, bool accumulate) {
+void gemv_rows(int64_t begin, int64_t end, int64_t k, const float* w, const XRows& x, float* y, int64_t ldy,
+               bool accumulate) {
   int64_t r = begin;
   if (k > kLongRow || (kBatch <= kRowsPerRead && kBatch * k > kShortRowsInL1)) {
     for (; r + kLongRowTile <= end; r += kLongRowTile) {
-      dot_rows<RowsVec<kBatch>, kLongRowTile, kBatch, kRowsPerLongRead>(w + r * k, 1, k, x, ldx, y + r, ldy,
-                                                                        accumulate);
+      dot_rows<RowsVec<kBatch>, kLongRowTile, kBatch, kRowsPerLongRead>(w + r * k, 1, k, x, y + r, ldy, accumulate);
     }
   } else if (kBatch == 1) {
     // The range in kStreams equal runs, read side by side.
     const int64_t run = (end - r) / kStreams;
     for (int64_t i = 0; i < run; ++i) {
-      dot_rows<RowsVec<1>, kStreams, 1, 1>(w + (r + i) * k, run, k, x, ldx, y + r + i, ldy, accumulate);
+      dot_rows<RowsVec<1>, kStreams, 1, 1>(w + (r + i) * k, run, k, x, y + r + i, ldy, accumulate);
     }
     r += run * kStreams;
   }
   for (; r < end; ++r) {
-    dot_rows<RowsVec<kBatch>, 1, kBatch, kRowsPerRead>(w + r * k, 1, k, x, ldx, y + r, ldy, accumulate);
+    dot_rows<RowsVec<kBatch>, 1, kBatch, kRowsPerRead>(w + r * k, 1, k, x, y + r, ldy, accumulate);
   }
 }
 
@@ -381,6 +407,47 @@ void gemv_columns(int64_t begin, int64_t end, int64_t n, int64_t k, const float*
   }
 }
 
+// A buffer of at least `floats` floats, 64-byte aligned, kept by the
+// calling thread for its next calls.
+float* thread_buffer(int64_t floats) {
+  struct Buffer {
+    float* data = nullptr;
+    int64_t size = 0;
+    ~Buffer() { std::free(data); }
+  };
+  thread_local Buffer buffer;
+  if (buffer.size < floats) {
+    constexpr int64_t kLineFloats = 64 / sizeof(float);
+    const int64_t size = (floats + kLineFloats - 1) / kLineFloats * kLineFloats;
+    auto* data = static_cast<float*>(std::aligned_alloc(64, static_cast<std::size_t>(size) * sizeof(float)));
+    if (data == nullptr) throw std::bad_alloc();
+    std::free(buffer.data);
+    buffer.data = data;
+    buffer.size = size;
+  }
+  return buffer.data;
+}
+
+// kBatch rows of x (k floats each, one after another) packed for the
+// rounds: vector v (kLanes floats) of every row side by side, [whole /
+// kLanes][kBatch][kLanes], so that the kernels load a round's vectors at
+// constant offsets from one pointer. With a pointer per row, eight rows ran
+// out of general registers and reloaded their pointers inside the loop.
+// One row is its own packing.
+template <int64_t kLanes, int kBatch>
+const float* pack_rows(const float* x, int64_t k) {
+  if constexpr (kBatch == 1) {
+    return x;
+  } else {
+    const int64_t whole = k / kStep * kStep;
+    float* packed = thread_buffer(std::max<int64_t>(whole * kBatch, 1));
+    for (int64_t v = 0; v < whole / kLanes; ++v) {
+      for (int b = 0; b < kBatch; ++b) std::copy_n(x + b * k + v * kLanes, kLanes, packed + (v * kBatch + b) * kLanes);
+    }
+    return packed;
+  }
+}
+
 }  // namespace
 
 void gemv_f32(int64_t m, int64_t n, int64_t k, const float* b, const float* x, float* y, bool accumulate) {
@@ -388,9 +455,9 @@ void gemv_f32(int64_t m, int64_t n, int64_t k, const float* b, const float* x, f
   // The first rows of x: one template per count, so each keeps its
   // accumulators in registers.
   const auto rows_of = [&]<int kBatch>(const float* x_rows, float* y_rows) {
-    parallel_for(n, min_rows, 8, [&](int64_t begin, int64_t end) {
-      gemv_rows<kBatch>(begin, end, k, b, x_rows, k, y_rows, n, accumulate);
-    });
+    const XRows rows{x_rows, k, pack_rows<RowsVec<kBatch>::kLanes, kBatch>(x_rows, k)};
+    parallel_for(n, min_rows, 8,
+                 [&](int64_t begin, int64_t end) { gemv_rows<kBatch>(begin, end, k, b, rows, y_rows, n, accumulate); });
   };
   for (int64_t done = 0; done < m;) {
     const float* x_rows = x + done * k;
