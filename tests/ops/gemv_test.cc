@@ -81,6 +81,9 @@ const std::vector<Case> kShapes = {
     // Rows of x past L1: weight rows read side by side, then the rows left over.
     {1, 7, 2049, true, false},  {1, 9, 4101, true, true},   {2, 6, 2080, true, false}, {3, 13, 3000, true, true},
     {8, 10, 2333, true, false}, {5, 4, 8192, true, true},
+    // Four or more rows of x against long rows: tiles take turns over short
+    // blocks, 16 weight rows at a time, then the tiles and rows left over.
+    {6, 37, 2100, true, true},  {4, 70, 4096, true, false},
 };
 
 TEST(Gemv, MatchesADoublePrecisionReferenceOnOneThread) {
@@ -155,13 +158,15 @@ TEST(Gemv, EachRowOfABatchGetsTheBitsItGetsAlone) {
 }
 
 // Long weight rows are read several side by side (short ones too where
-// the rows of x they meet at once pass 32 KiB), short ones against one row
-// of x from several far-apart runs at once, and the rows left over one at
-// a time: a row gets the same bits wherever it falls.
+// the rows of x they meet at once pass 32 KiB; against four or more rows of
+// x, four such tiles take turns), short ones against one row of x from
+// several far-apart runs at once, and the rows left over one at a time: a
+// row gets the same bits wherever it falls.
 TEST(Gemv, EachWeightRowGetsTheSameBitsWhereverItFallsInATile) {
   const KernelThreads one(1);
   for (const auto& [n, k, m] : {std::tuple<int64_t, int64_t, int64_t>{11, 4099, 1}, {11, 4099, 3}, {11, 4099, 8},
-                                {23, 300, 1}, {23, 300, 2}, {11, 2048, 5}, {11, 2048, 8}}) {
+                                {23, 300, 1}, {23, 300, 2}, {11, 2048, 5}, {11, 2048, 8},
+                                {37, 2048, 4}, {37, 4099, 8}, {23, 300, 8}}) {
     const auto b = random_floats(n * k, 30);
     const auto a = random_floats(m * k, 31);
     const std::vector<float> c_in(static_cast<std::size_t>(m * n), 0.0f);
