@@ -309,8 +309,8 @@ void add_rounds_in_groups(const float* w, int64_t ldw, const float* xp, int64_t 
   // All of a round's vectors at once while their accumulators fit the
   // registers beside the loads, so that each weight line is used whole
   // when it arrives (a loop of one weight row against 8 rows of x read
-  // weights from L3 1.3x faster so than by register, Xeon model 207); by
-  // register beyond.
+  // weights from L3 1.3x faster that way than by register, Xeon model
+  // 207); by register beyond.
   if constexpr (kWeightRows * kFirst * (kStep / V::kLanes) > kMaxAccumulators) {
     add_rounds_by_register<V, kWeightRows, kFirst, kXStride, kPrefetch>(w, ldw, xp, begin, end, sums, sums_ld, plan);
   } else {
