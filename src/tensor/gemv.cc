@@ -1,10 +1,9 @@
 #include "gemv.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <new>
 #include <type_traits>
 
+#include "shardflow/tensor/dense_tensor.h"
 #include "shardflow/tensor/parallel.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -437,40 +436,21 @@ void gemv_columns(int64_t begin, int64_t end, int64_t n, int64_t k, const float*
   }
 }
 
-// A buffer of at least `floats` floats, 64-byte aligned, kept by the
-// calling thread for its next calls.
-float* thread_buffer(int64_t floats) {
-  struct Buffer {
-    float* data = nullptr;
-    int64_t size = 0;
-    ~Buffer() { std::free(data); }
-  };
-  thread_local Buffer buffer;
-  if (buffer.size < floats) {
-    constexpr int64_t kLineFloats = 64 / sizeof(float);
-    const int64_t size = (floats + kLineFloats - 1) / kLineFloats * kLineFloats;
-    auto* data = static_cast<float*>(std::aligned_alloc(64, static_cast<std::size_t>(size) * sizeof(float)));
-    if (data == nullptr) throw std::bad_alloc();
-    std::free(buffer.data);
-    buffer.data = data;
-    buffer.size = size;
-  }
-  return buffer.data;
-}
-
 // kBatch rows of x (k floats each, one after another) packed for the
 // rounds: vector v (kLanes floats) of every row side by side, [whole /
 // kLanes][kBatch][kLanes], so that the kernels load a round's vectors at
 // constant offsets from one pointer. With a pointer per row, eight rows ran
 // out of general registers and reloaded their pointers inside the loop.
-// One row is its own packing.
+// The copy goes into `buffer` (a tensor buffer: 64-byte aligned, cached
+// per thread); one row is its own packing and needs none.
 template <int64_t kLanes, int kBatch>
-const float* pack_rows(const float* x, int64_t k) {
+const float* pack_rows(const float* x, int64_t k, DenseTensor& buffer) {
   if constexpr (kBatch == 1) {
     return x;
   } else {
     const int64_t whole = k / kStep * kStep;
-    float* packed = thread_buffer(std::max<int64_t>(whole * kBatch, 1));
+    buffer = DenseTensor::empty(DType::kF32, {whole * kBatch});
+    float* packed = buffer.data_as<float>();
     for (int64_t v = 0; v < whole / kLanes; ++v) {
       for (int b = 0; b < kBatch; ++b) std::copy_n(x + b * k + v * kLanes, kLanes, packed + (v * kBatch + b) * kLanes);
     }
@@ -485,7 +465,8 @@ void gemv_f32(int64_t m, int64_t n, int64_t k, const float* b, const float* x, f
   // The first rows of x: one template per count, so each keeps its
   // accumulators in registers.
   const auto rows_of = [&]<int kBatch>(const float* x_rows, float* y_rows) {
-    const XRows rows{x_rows, k, pack_rows<RowsVec<kBatch>::kLanes, kBatch>(x_rows, k)};
+    DenseTensor packed;
+    const XRows rows{x_rows, k, pack_rows<RowsVec<kBatch>::kLanes, kBatch>(x_rows, k, packed)};
     parallel_for(n, min_rows, 8,
                  [&](int64_t begin, int64_t end) { gemv_rows<kBatch>(begin, end, k, b, rows, y_rows, n, accumulate); });
   };
