@@ -321,11 +321,11 @@ void add_rounds_in_groups(const float* w, int64_t ldw, const float* xp, int64_t 
   }
 }
 
-// Rows of x for the kernels: as given (for what is left past the whole
-// rounds) and packed for the rounds (see pack_rows).
+// Rows of x for the kernels: as given, k floats each one after another
+// (for what is left past the whole rounds), and packed for the rounds (see
+// pack_rows).
 struct XRows {
   const float* rows;
-  int64_t ld;
   const float* packed;
 };
 
@@ -374,7 +374,7 @@ void dot_rows(const float* w, int64_t spacing, int64_t k, const XRows& x, float*
     for (int r = 0; r < kWeightRows; ++r) {
       const int64_t row = t * kWeightRows + r;
       for (int b = 0; b < kBatch; ++b) {
-        const float dot = finish_dot(sums[t][r][b], w + row * ldw, x.rows + b * x.ld, whole, k);
+        const float dot = finish_dot(sums[t][r][b], w + row * ldw, x.rows + b * k, whole, k);
         float& out = y[b * ldy + row * spacing];
         out = accumulate ? out + dot : dot;
       }
@@ -466,7 +466,7 @@ void gemv_f32(int64_t m, int64_t n, int64_t k, const float* b, const float* x, f
   // accumulators in registers.
   const auto rows_of = [&]<int kBatch>(const float* x_rows, float* y_rows) {
     DenseTensor packed;
-    const XRows rows{x_rows, k, pack_rows<RowsVec<kBatch>::kLanes, kBatch>(x_rows, k, packed)};
+    const XRows rows{x_rows, pack_rows<RowsVec<kBatch>::kLanes, kBatch>(x_rows, k, packed)};
     parallel_for(n, min_rows, 8,
                  [&](int64_t begin, int64_t end) { gemv_rows<kBatch>(begin, end, k, b, rows, y_rows, n, accumulate); });
   };
