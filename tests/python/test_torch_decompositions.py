@@ -173,6 +173,11 @@ OPS = {
     "group_norm": lambda x: F.group_norm(x.transpose(1, 2), 2, RISING, FALLING),
     "batch_norm_inference": lambda x: F.batch_norm(x.transpose(1, 2), FALLING * 0.2, RISING, RISING,
                                                    FALLING),
+    # Keys and values with fewer heads than the query (4 heads against 2).
+    "attention_grouped_query": lambda x: tuple(
+        F.scaled_dot_product_attention(torch.stack([x, x * 0.5, x.flip(1), -x], 1),
+                                       torch.stack([x.flip(2), x * 2], 1), torch.stack([x, x.roll(1, 1)], 1),
+                                       is_causal=causal, enable_gqa=True) for causal in (False, True)),
 }
 # Ops whose special values the decomposition handles itself.
 SPECIAL_VALUES = {"clamp", "clamp_min", "hardtanh", "sign", "nan_to_num", "logsumexp", "logaddexp", "max_dim",

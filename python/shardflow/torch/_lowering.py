@@ -746,10 +746,37 @@ def _sdpa(lowering: Lowering, node: torch.fx.Node) -> list[Any]:
         raise LoweringError(f"scaled_dot_product_attention with dropout_p={dropout} is not supported in inference "
                             f"graphs (at {source_line(node)})")
     kwargs = {"scale": node.kwargs["scale"]} if node.kwargs.get("scale") is not None else {}
+    k, v = (_heads_per_query_head(lowering, node, n, node.args[0].meta["val"]) for n in node.args[1:3])
     out = lowering.emit_op(node, "aten::scaled_dot_product_attention",
                            [q, k, v, None if mask is None else lowering.values[mask], 0.0, is_causal], kwargs,
                            type_text=ir_type(node.meta["val"][0], node), hint=f"{node.name}_out")
     return [out, _Unsupported(node, "the log-sum-exp output of scaled_dot_product_attention")]
+
+
+def _heads_per_query_head(lowering: Lowering, node: torch.fx.Node, kv: torch.fx.Node, query: torch.Tensor) -> Any:
+    """Keys or values with fewer heads than the query (F.scaled_dot_product_attention's
+    enable_gqa=True, which the CPU kernel takes as it is): each of their heads
+    repeated for the query heads that share it (query head h reads head h // group),
+    as repeat_interleave on the head dim would, for shardflow's attention op,
+    which takes as many heads as the query."""
+    value = kv.meta["val"]
+    ref = lowering.values[kv]
+    if value.dim() < 3 or query.dim() < 3 or value.shape[-3] == query.shape[-3]:
+        return ref
+    heads, query_heads = value.shape[-3], query.shape[-3]
+    if heads == 0 or query_heads % heads:
+        raise LoweringError(f"scaled_dot_product_attention with enable_gqa: the query's {query_heads} heads are "
+                            f"not a multiple of {kv.name}'s {heads} (at {source_line(node)})")
+    dtype = DTYPES[value.dtype]
+    lead, tail = list(value.shape[:-2]), list(value.shape[-2:])
+    apart = lowering.emit_op(node, "aten::unsqueeze", [ref, value.dim() - 2],
+                             type_text=_tensor_type(dtype, lead + [1] + tail), hint=f"{kv.name}_heads")
+    repeated = lead + [query_heads // heads] + tail
+    spread = lowering.emit_op(node, "aten::expand", [apart, repeated], type_text=_tensor_type(dtype, repeated),
+                              hint=f"{kv.name}_shared")
+    merged = list(value.shape[:-3]) + [query_heads] + tail
+    return lowering.emit_op(node, "aten::reshape", [spread, merged], type_text=_tensor_type(dtype, merged),
+                            hint=f"{kv.name}_per_query_head")
 
 
 @dataclass(frozen=True)
