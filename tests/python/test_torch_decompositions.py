@@ -23,6 +23,16 @@ from shardflow.torch import _decompositions, _lowering
 RISING, FALLING = torch.linspace(0.5, 2, 6), torch.linspace(1, -1, 6)
 FILTERS_2D, FILTERS_1D = torch.linspace(-1, 1, 4 * 3 * 3 * 2).reshape(4, 3, 3, 2), torch.linspace(1, -1, 20).reshape(4, 5, 1)
 
+# Self-attention layers over x [3, 5, 6] as [batch, length, features]:
+# post- and pre-norm, relu and gelu.
+ENCODER_LAYERS = []
+for _norm_first, _activation in ((False, "relu"), (True, "gelu")):
+    torch.manual_seed(len(ENCODER_LAYERS))
+    ENCODER_LAYERS.append(torch.nn.TransformerEncoderLayer(6, 2, 8, dropout=0.0, activation=_activation,
+                                                           batch_first=True, norm_first=_norm_first).eval())
+CAUSAL = torch.nn.Transformer.generate_square_subsequent_mask(5)
+PADDING = torch.tensor([[False] * 5, [False] * 3 + [True] * 2, [False] * 4 + [True]])
+
 # name -> f(x) for x [3, 5, 6], each using the op the name says.
 OPS = {
     "var": lambda x: torch.var(x, -1, keepdim=True),
@@ -173,11 +183,30 @@ OPS = {
     "group_norm": lambda x: F.group_norm(x.transpose(1, 2), 2, RISING, FALLING),
     "batch_norm_inference": lambda x: F.batch_norm(x.transpose(1, 2), FALLING * 0.2, RISING, RISING,
                                                    FALLING),
+    "batched_matrix_products": lambda x: (torch.baddbmm(x[:, :, :5], x, x.transpose(1, 2), beta=0.5, alpha=2),
+                                          torch.baddbmm(torch.full((5, 5), math.nan), x, x.mT, beta=0),
+                                          torch.addbmm(x[0, :, :5], x, x.mT, alpha=-1)),
+    "matrix_vector_products": lambda x: (torch.addmv(x[0, :, 0], x[0], x[1, 0], beta=2), torch.mv(x[1], x[2, 0]),
+                                         torch.dot(x[0, 0], x[1, 1]), torch.addr(x[0], x[0, :, 0], x[1, 0], beta=0.5),
+                                         torch.addmm(torch.full((5, 5), math.inf), x[0], x[1].T, beta=0)),
+    "prelu": lambda x: F.prelu(x, RISING[:5] - 1) + F.prelu(x, torch.tensor([0.25])),
+    "cumprod": lambda x: torch.cumprod(x, 1) + torch.cumprod(x * 0.5 + 1, -1),
     # Keys and values with fewer heads than the query (4 heads against 2).
     "attention_grouped_query": lambda x: tuple(
         F.scaled_dot_product_attention(torch.stack([x, x * 0.5, x.flip(1), -x], 1),
                                        torch.stack([x.flip(2), x * 2], 1), torch.stack([x, x.roll(1, 1)], 1),
                                        is_causal=causal, enable_gqa=True) for causal in (False, True)),
+    # nn.TransformerEncoderLayer in eval mode without grad takes its fused
+    # path (aten::_transformer_encoder_layer_fwd), masks and all.
+    "transformer_encoder_layer": lambda x: tuple(
+        layer(x, src_mask=mask, src_key_padding_mask=padding) for layer in ENCODER_LAYERS
+        for mask, padding in ((None, None), (CAUSAL, None), (CAUSAL.isinf(), None), (None, PADDING),
+                              (CAUSAL.isinf(), PADDING))),
+    # The module turns boolean masks into float ones first; the op itself
+    # takes either (True: not looked at).
+    "transformer_encoder_layer_boolean_masks": lambda x: tuple(
+        _encoder_layer_op(ENCODER_LAYERS[0], x, mask, mask_type)
+        for mask, mask_type in ((PADDING, 1), (CAUSAL.isinf().expand(3, 2, 5, 5), 2))),
 }
 # Ops whose special values the decomposition handles itself.
 SPECIAL_VALUES = {"clamp", "clamp_min", "hardtanh", "sign", "nan_to_num", "logsumexp", "logaddexp", "max_dim",
@@ -198,7 +227,21 @@ INTEGER_OPS = {
     "bitwise": lambda x: (x & 6) | (x ^ x.flip(1)) + ~x + (3 & x) - (x | -8) + torch.bitwise_xor(5, x),
     "shifts": lambda x: (x << 2) + (x >> 1) + (1 << x.abs()) + (256 >> x.abs()) + (x << x.abs() * 7),
     "prod": lambda x: torch.prod(x, 1) + torch.prod(x).expand(3, 6) + torch.prod(x.clamp(-2, 2), 1, keepdim=True)[:, 0],
+    "cumprod": lambda x: torch.cumprod(x.clamp(-2, 2), 2) + torch.cumprod(x > 0, 1),
+    "matrix_products": lambda x: torch.baddbmm(x[:, :, :5], x, x.mT, beta=2, alpha=3).sum(0)
+    + torch.mv(x[0], x[1, 0])[:, None] + torch.addr(x[0], x[0, :, 0], x[1, 0], alpha=2)[:, :5],
 }
+
+
+def _encoder_layer_op(layer: torch.nn.TransformerEncoderLayer, x: torch.Tensor, mask: torch.Tensor,
+                      mask_type: int) -> torch.Tensor:
+    """The fused op nn.TransformerEncoderLayer calls, with the layer's weights."""
+    attention = layer.self_attn
+    return torch._transformer_encoder_layer_fwd(
+        x, attention.embed_dim, attention.num_heads, attention.in_proj_weight, attention.in_proj_bias,
+        attention.out_proj.weight, attention.out_proj.bias, layer.activation_relu_or_gelu == 2, layer.norm_first,
+        layer.norm1.eps, layer.norm1.weight, layer.norm1.bias, layer.norm2.weight, layer.norm2.bias,
+        layer.linear1.weight, layer.linear1.bias, layer.linear2.weight, layer.linear2.bias, mask, mask_type)
 
 
 def _put(x: torch.Tensor, where: tuple, values) -> torch.Tensor:

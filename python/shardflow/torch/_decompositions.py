@@ -299,12 +299,11 @@ def _lerp(start, end, weight):
     return end - (end - start) * (1 - weight)
 
 
-@_decomposes(aten.cumsum.default)
-def _cumsum(x, dim, *, dtype=None):
-    # Integers (and bools) sum in int64, as PyTorch's. The running sums in
-    # log2(n) shifted adds (each position adds the one 1, 2, 4, ... before
-    # it): exact for integers; for floats they group the terms in another
-    # order than a sequential scan, within rounding of it.
+def _running(x, dim, dtype, combine, identity):
+    """The running sums or products along dim (integers and bools in int64,
+    as PyTorch's) in log2(n) shifted steps: each position combines the one
+    1, 2, 4, ... before it. Exact for integers; for floats the terms group
+    in another order than a sequential scan, within rounding of it."""
     if dtype is not None:
         x = x.to(dtype)
     elif not x.is_floating_point():
@@ -315,10 +314,20 @@ def _cumsum(x, dim, *, dtype=None):
     while shift < size:
         shape = list(x.shape)
         shape[d] = shift
-        zeros = aten.full.default(shape, 0, dtype=x.dtype)
-        x = x + aten.cat.default([zeros, aten.slice.Tensor(x, d, 0, size - shift)], d)
+        padding = aten.full.default(shape, identity, dtype=x.dtype)
+        x = combine(x, aten.cat.default([padding, aten.slice.Tensor(x, d, 0, size - shift)], d))
         shift *= 2
     return x
+
+
+@_decomposes(aten.cumsum.default)
+def _cumsum(x, dim, *, dtype=None):
+    return _running(x, dim, dtype, torch.add, 0)
+
+
+@_decomposes(aten.cumprod.default)
+def _cumprod(x, dim, *, dtype=None):
+    return _running(x, dim, dtype, torch.mul, 1)
 
 
 @_decomposes(aten.frac.default)
@@ -878,6 +887,104 @@ def _index_put_by_mask(x, indices, values, accumulate=False):
     selected = mask.reshape([1] * start + list(mask.shape) + [1] * len(trailing))
     values = values.to(x.dtype)
     return aten.where.self(selected, x + values if accumulate else values, x)
+
+
+def _plus_scaled(x, product, beta, alpha):
+    """beta * x + alpha * product, as torch's add*mm family computes it: with
+    beta 0, x is not read (its nan and inf do not reach the result)."""
+    if alpha != 1:
+        product = product * alpha
+    if beta == 0:
+        return product
+    return (x if beta == 1 else x * beta) + product
+
+
+@_decomposes(aten.mv.default)
+def _mv(matrix, vector):
+    return aten.squeeze.dim(aten.mm.default(matrix, aten.unsqueeze.default(vector, 1)), 1)
+
+
+@_decomposes(aten.dot.default)
+def _dot(a, b):
+    return aten.reshape.default(aten.mm.default(aten.unsqueeze.default(a, 0), aten.unsqueeze.default(b, 1)), [])
+
+
+@_decomposes(aten.baddbmm.default)
+def _baddbmm(x, batch1, batch2, *, beta=1, alpha=1):
+    return _plus_scaled(x, aten.bmm.default(batch1, batch2), beta, alpha)
+
+
+@_decomposes(aten.addbmm.default)
+def _addbmm(x, batch1, batch2, *, beta=1, alpha=1):
+    return _plus_scaled(x, aten.sum.dim_IntList(aten.bmm.default(batch1, batch2), [0]), beta, alpha)
+
+
+@_decomposes(aten.addmv.default)
+def _addmv(x, matrix, vector, *, beta=1, alpha=1):
+    return _plus_scaled(x, _mv(matrix, vector), beta, alpha)
+
+
+@_decomposes(aten.addr.default)
+def _addr(x, vector1, vector2, *, beta=1, alpha=1):
+    if x.dtype == torch.bool:
+        return NotImplemented  # torch's boolean addr is logical and/or: left to name itself
+    outer = aten.unsqueeze.default(vector1, 1) * aten.unsqueeze.default(vector2, 0)
+    return _plus_scaled(x, outer, beta, alpha)
+
+
+@_decomposes(aten._prelu_kernel.default)
+def _prelu(x, weight):
+    # torch.prelu has already shaped the weight to broadcast over x's channels.
+    return aten.where.self(x > 0, x, weight * x)
+
+
+def _padding_or_attention_mask(mask, mask_type, batch: int, length: int):
+    """The mask nn.TransformerEncoderLayer's fast path takes (see
+    MultiheadAttention.merge_masks) as scaled_dot_product_attention's: type 1
+    masks keys per batch row [B, L], type 2 is [B, H or 1, L, L] (type 0, [L, L],
+    broadcasts as it is). A boolean mask is True where a query must not look,
+    the opposite of attention's; a float mask is added as it is."""
+    if mask is None:
+        return None
+    if mask_type == 1:
+        mask = aten.reshape.default(mask, [batch, 1, 1, length])
+    return aten.logical_not.default(mask) if mask.dtype == torch.bool else mask
+
+
+@_decomposes(aten._transformer_encoder_layer_fwd.default)
+def _transformer_encoder_layer(src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias, use_gelu,
+                               norm_first, eps, norm_weight_1, norm_bias_1, norm_weight_2, norm_bias_2, ffn_weight_1,
+                               ffn_bias_1, ffn_weight_2, ffn_bias_2, mask=None, mask_type=None):
+    # nn.TransformerEncoderLayer's fused inference path (taken in eval mode
+    # without grad), in the ops of its unfused one: the same layer.
+    if src.dim() != 3:
+        return NotImplemented  # a nested (padded) batch: left to name itself
+    batch, length, _ = src.shape
+    head_dim = embed_dim // num_heads
+
+    def heads(x):
+        return x.reshape(batch, length, num_heads, head_dim).transpose(1, 2)
+
+    def self_attention(x):
+        q, k, v = torch.nn.functional.linear(x, qkv_weight, qkv_bias).chunk(3, -1)
+        attn_mask = _padding_or_attention_mask(mask, mask_type, batch, length)
+        out = torch.nn.functional.scaled_dot_product_attention(heads(q), heads(k), heads(v), attn_mask=attn_mask)
+        return torch.nn.functional.linear(out.transpose(1, 2).reshape(batch, length, embed_dim), proj_weight,
+                                          proj_bias)
+
+    def feed_forward(x):
+        hidden = torch.nn.functional.linear(x, ffn_weight_1, ffn_bias_1)
+        hidden = torch.nn.functional.gelu(hidden) if use_gelu else torch.nn.functional.relu(hidden)
+        return torch.nn.functional.linear(hidden, ffn_weight_2, ffn_bias_2)
+
+    def norm(x, weight, bias):
+        return torch.nn.functional.layer_norm(x, [embed_dim], weight, bias, eps)
+
+    if norm_first:
+        x = src + self_attention(norm(src, norm_weight_1, norm_bias_1))
+        return x + feed_forward(norm(x, norm_weight_2, norm_bias_2))
+    x = norm(src + self_attention(src), norm_weight_1, norm_bias_1)
+    return norm(x + feed_forward(x), norm_weight_2, norm_bias_2)
 
 
 @_decomposes(aten.unbind.int)

@@ -568,6 +568,8 @@ def _addmm(lowering: Lowering, node: torch.fx.Node) -> Ref:
     product = lowering.emit_op(node, "aten::matmul", [a, b], type_text=ir_type(node.meta["val"], node), hint="mm")
     if alpha != 1:
         product = lowering.emit_op(node, "aten::mul.Scalar", [product, alpha], type_text=ir_type(node.meta["val"], node))
+    if beta == 0:  # as torch: the bias is not read (its nan and inf do not reach the result)
+        return product
     if beta != 1:
         bias = lowering.emit_op(node, "aten::mul.Scalar", [bias, beta], type_text=ir_type(node.args[0].meta["val"], node))
     return lowering.emit_op(node, "aten::add.Tensor", [product, bias])
