@@ -191,6 +191,10 @@ OPS = {
                                          torch.addmm(torch.full((5, 5), math.inf), x[0], x[1].T, beta=0)),
     "prelu": lambda x: F.prelu(x, RISING[:5] - 1) + F.prelu(x, torch.tensor([0.25])),
     "cumprod": lambda x: torch.cumprod(x, 1) + torch.cumprod(x * 0.5 + 1, -1),
+    # Unspecified values, each written before it is read.
+    "empty_fill_zero": lambda x: (torch.empty_like(x).copy_(x * 2), torch.empty(5, 6).fill_(0.5) + x,
+                                  (x * 1).zero_() - x, x.new_empty(3, 1, 1).fill_(x[1, 2, 3]) * x,
+                                  torch.empty_strided((5, 6), (1, 5)).fill_(-1) + x, torch.add(x, 1, out=torch.empty(3, 5, 6))),
     # Keys and values with fewer heads than the query (4 heads against 2).
     "attention_grouped_query": lambda x: tuple(
         F.scaled_dot_product_attention(torch.stack([x, x * 0.5, x.flip(1), -x], 1),
@@ -228,6 +232,8 @@ INTEGER_OPS = {
     "shifts": lambda x: (x << 2) + (x >> 1) + (1 << x.abs()) + (256 >> x.abs()) + (x << x.abs() * 7),
     "prod": lambda x: torch.prod(x, 1) + torch.prod(x).expand(3, 6) + torch.prod(x.clamp(-2, 2), 1, keepdim=True)[:, 0],
     "cumprod": lambda x: torch.cumprod(x.clamp(-2, 2), 2) + torch.cumprod(x > 0, 1),
+    "empty_fill_zero": lambda x: torch.empty(3, 5, 6, dtype=torch.int64).fill_(7) * x + x.new_empty(6).zero_()
+    + torch.empty(5, 6, dtype=torch.bool).fill_(True) + torch.empty_like(x).fill_(x[0, 0, 0]),
     "matrix_products": lambda x: torch.baddbmm(x[:, :, :5], x, x.mT, beta=2, alpha=3).sum(0)
     + torch.mv(x[0], x[1, 0])[:, None] + torch.addr(x[0], x[0, :, 0], x[1, 0], alpha=2)[:, :5],
 }

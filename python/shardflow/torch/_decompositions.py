@@ -864,6 +864,43 @@ def _new_ones(x, size, *, dtype=None, layout=None, device=None, pin_memory=None)
     return _new_full(x, size, 1, dtype=dtype)
 
 
+# An empty tensor's values are unspecified (written before they are read:
+# torch.empty_like(x).copy_(x), out= buffers): zeros are as good as any.
+@_decomposes(aten.empty.memory_format)
+def _empty(size, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return aten.full.default(list(size), 0, dtype=torch.get_default_dtype() if dtype is None else dtype)
+
+
+@_decomposes(aten.empty_strided.default)
+def _empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _empty(size, dtype=dtype)
+
+
+@_decomposes(aten.empty_like.default)
+def _empty_like(x, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return _empty(x.shape, dtype=x.dtype if dtype is None else dtype)
+
+
+@_decomposes(aten.new_empty.default)
+def _new_empty(x, size, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _new_full(x, size, 0, dtype=dtype)
+
+
+@_decomposes(aten.fill.Scalar)
+def _fill(x, value):
+    return aten.full.default(list(x.shape), value, dtype=x.dtype)
+
+
+@_decomposes(aten.fill.Tensor)
+def _fill_tensor(x, value):
+    return aten.expand.default(value.to(x.dtype), list(x.shape))
+
+
+@_decomposes(aten.zero.default)
+def _zero(x):
+    return _fill(x, 0)
+
+
 @_decomposes(aten.masked_fill.Tensor)
 def _masked_fill_tensor(x, mask, value):
     return aten.where.self(mask, value.to(x.dtype), x)
