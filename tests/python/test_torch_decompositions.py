@@ -500,3 +500,25 @@ def test_an_op_without_a_kernel_or_a_decomposition_still_names_its_line(spmd):
 
     with pytest.raises(Exception, match=r"shardflow has no op aten::_linalg_det.*test_torch_decompositions.py"):
         torch.compile(f, backend="shardflow")(torch.randn(4))
+
+
+def test_an_input_zeroed_or_filled_in_place_is_written_as_eagerly(spmd):
+    spmd(2)
+
+    def reset_then_write(buffer, x):
+        buffer.zero_()
+        buffer[0] = x.sum()
+        return buffer * 2
+
+    def fill(buffer, x):
+        buffer.fill_(x[0])
+        return buffer + 1
+
+    for f in (reset_then_write, fill):
+        x, eager_buffer = torch.randn(3), torch.randn(4)
+        compiled_buffer = eager_buffer.clone()
+        with torch.no_grad():
+            expected = f(eager_buffer, x)
+            got = torch.compile(f, backend="shardflow", dynamic=False)(compiled_buffer, x)
+        torch.testing.assert_close(got, expected, rtol=0, atol=0)
+        torch.testing.assert_close(compiled_buffer, eager_buffer, rtol=0, atol=0)
