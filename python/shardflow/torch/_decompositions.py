@@ -1024,6 +1024,154 @@ def _transformer_encoder_layer(src, embed_dim, num_heads, qkv_weight, qkv_bias, 
     return norm(x + feed_forward(x), norm_weight_2, norm_bias_2)
 
 
+def _float_work(x: torch.Tensor) -> torch.Tensor:
+    """x as the float tensor a transcendental function is worked out in:
+    float32 for 16-bit floats (rounded once at the end, as PyTorch's kernels
+    do) and for integers (whose results are floats)."""
+    return x if x.dtype in (torch.float32, torch.float64) else x.to(torch.float32)
+
+
+def _result(value: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    return value.to(like.dtype) if like.is_floating_point() else value.to(torch.get_default_dtype())
+
+
+def _is_negative(x: torch.Tensor) -> torch.Tensor:
+    """x < 0, and -0.0 too (its reciprocal is -inf), as atan2's quadrants see it."""
+    return (x < 0) | ((x == 0) & (1 / x < 0))
+
+
+_LN2 = math.log(2)
+
+
+@_decomposes(aten.sinh.default)
+def _sinh(x):
+    # Near 0 from expm1 (no cancellation); beyond, halves taken inside the
+    # exponentials, so it overflows where sinh itself does, not where exp does.
+    w = _float_work(x)
+    magnitude = aten.abs.default(w)
+    near_zero = (aten.expm1.default(w) - aten.expm1.default(-w)) / 2
+    far = aten.exp.default(magnitude - _LN2) - aten.exp.default(-magnitude - _LN2)
+    return _result(aten.where.self(magnitude < 1, near_zero, aten.where.self(w < 0, -far, far)), x)
+
+
+@_decomposes(aten.cosh.default)
+def _cosh(x):
+    magnitude = aten.abs.default(_float_work(x))
+    return _result(aten.exp.default(magnitude - _LN2) + aten.exp.default(-magnitude - _LN2), x)
+
+
+@_decomposes(aten.asin.default)
+def _asin(x):
+    # asin x = 2 atan(x / (1 + sqrt(1 - x^2))), with 1 - x^2 as (1 - x)(1 + x):
+    # no cancellation near |x| = 1; NaN beyond.
+    w = _float_work(x)
+    return _result(2 * aten.atan.default(w / (1 + aten.sqrt.default((1 - w) * (1 + w)))), x)
+
+
+@_decomposes(aten.acos.default)
+def _acos(x):
+    w = _float_work(x)
+    return _result(2 * aten.atan.default(aten.sqrt.default((1 - w) / (1 + w))), x)
+
+
+@_decomposes(aten.atan2.default)
+def _atan2(y, x):
+    # The angle of the smaller magnitude over the larger (atan's argument in
+    # [0, 1], no overflow), reflected into the quadrant of (x, y), signed
+    # zeros included; both infinite: an odd multiple of pi/4.
+    like = y if y.is_floating_point() else x
+    y, x = _float_work(y), _float_work(x)
+    ay, ax = aten.abs.default(y), aten.abs.default(x)
+    larger, smaller = aten.maximum.default(ay, ax), aten.minimum.default(ay, ax)
+    angle = aten.atan.default(smaller / larger)
+    angle = aten.where.self(larger == 0, _scalar(0.0, angle), angle)
+    angle = aten.where.self((ay == math.inf) & (ax == math.inf), _scalar(math.pi / 4, angle), angle)
+    angle = aten.where.self(ay > ax, math.pi / 2 - angle, angle)
+    angle = aten.where.self(_is_negative(x), math.pi - angle, angle)
+    return _result(aten.where.self(_is_negative(y), -angle, angle), like)
+
+
+@_decomposes(aten.hypot.default)
+def _hypot(a, b):
+    # The larger magnitude times sqrt(1 + ratio^2): no overflow or underflow
+    # in the squares; inf if either is infinite, even against NaN.
+    like = a
+    a, b = aten.abs.default(_float_work(a)), aten.abs.default(_float_work(b))
+    larger, smaller = aten.maximum.default(a, b), aten.minimum.default(a, b)
+    ratio = smaller / larger
+    out = larger * aten.sqrt.default(1 + ratio * ratio)
+    out = aten.where.self(larger == 0, _scalar(0.0, out), out)
+    return _result(aten.where.self((a == math.inf) | (b == math.inf), _scalar(math.inf, out), out), like)
+
+
+@_decomposes(aten.log_sigmoid_forward.default)
+def _log_sigmoid(x):
+    # log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)); the second output is
+    # backward's buffer, which inference never reads.
+    out = aten.minimum.default(x, aten.full.default([], 0, dtype=x.dtype)) \
+        - aten.log1p.default(aten.exp.default(-aten.abs.default(x)))
+    return out, aten.full.default([0], 0, dtype=x.dtype)
+
+
+@_decomposes(aten.count_nonzero.default, aten.count_nonzero.dim_IntList)
+def _count_nonzero(x, dim=None):
+    return aten.sum.dim_IntList(_truth(x), _dims(x, dim))
+
+
+@_decomposes(aten.linalg_cross.default)
+def _cross(a, b, *, dim=-1):
+    shape = list(torch.broadcast_shapes(a.shape, b.shape))
+    a, b = aten.expand.default(a, shape), aten.expand.default(b, shape)
+    d = dim % len(shape)
+    next_one = (aten.arange.default(3, dtype=torch.int64) + 1) % 3  # [1, 2, 0]
+    next_two = (next_one + 1) % 3  # [2, 0, 1]
+
+    def rotated(t, order):
+        return aten.index_select.default(t, d, order)
+
+    return rotated(a, next_one) * rotated(b, next_two) - rotated(a, next_two) * rotated(b, next_one)
+
+
+def _diagonal_positions(rows: int, columns: int, offset: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The (row, column) index tensors of a diagonal `offset` above the main one."""
+    length = max(0, min(rows, columns - offset) if offset >= 0 else min(rows + offset, columns))
+    steps = aten.arange.default(length, dtype=torch.int64)
+    return (steps, steps + offset) if offset >= 0 else (steps - offset, steps)
+
+
+@_decomposes(aten.diagonal.default, aten.diagonal_copy.default)
+def _diagonal(x, offset=0, dim1=0, dim2=1):
+    # The two dims moved last and indexed together: the diagonal is the last dim, as PyTorch's.
+    d1, d2 = dim1 % x.dim(), dim2 % x.dim()
+    rest = [d for d in range(x.dim()) if d not in (d1, d2)]
+    rows, columns = _diagonal_positions(x.shape[d1], x.shape[d2], offset)
+    return aten.index.Tensor(aten.permute.default(x, rest + [d1, d2]), [None] * len(rest) + [rows, columns])
+
+
+@_decomposes(aten.diag_embed.default)
+def _diag_embed(x, offset=0, dim1=-2, dim2=-1):
+    # x's last dim on a diagonal of zeros (a where: NaN stays on it), its
+    # two dims then moved to dim1 and dim2 of the result.
+    size = x.shape[-1] + abs(offset)
+    padded = aten.constant_pad_nd.default(x, [0, abs(offset)], 0)
+    steps = aten.arange.default(size, dtype=torch.int64)
+    on_diagonal = aten.unsqueeze.default(steps, 0) - aten.unsqueeze.default(steps, 1) == offset
+    # The row's value above the main diagonal, the column's below it.
+    values = aten.unsqueeze.default(padded, -1 if offset >= 0 else -2)
+    out = aten.where.self(on_diagonal, values, aten.full.default([], 0, dtype=x.dtype))
+    rank = out.dim()
+    d1, d2 = dim1 % rank, dim2 % rank
+    batch = iter(range(rank - 2))
+    order = [rank - 2 if p == d1 else rank - 1 if p == d2 else next(batch) for p in range(rank)]
+    return aten.permute.default(out, order)
+
+
+@_decomposes(aten.trace.default)
+def _trace(x):
+    diagonal = _diagonal(x)
+    return aten.sum.default(diagonal if x.is_floating_point() else diagonal.to(torch.int64))
+
+
 @_decomposes(aten.unbind.int)
 def _unbind(x, dim=0):
     return [aten.select.int(x, dim, i) for i in range(x.shape[dim])]
