@@ -740,7 +740,7 @@ def _sdpa(lowering: Lowering, node: torch.fx.Node) -> list[Any]:
     """The CPU attention kernels F.scaled_dot_product_attention dispatches to,
     as shardflow's one aten::scaled_dot_product_attention op. Their second
     output (the log-sum-exp, for backward) has no lowering."""
-    q, k, v = (lowering.values[n] for n in node.args[:3])
+    q = lowering.values[node.args[0]]
     dropout = node.args[3] if len(node.args) > 3 else node.kwargs.get("dropout_p", 0.0)
     is_causal = node.args[4] if len(node.args) > 4 else node.kwargs.get("is_causal", False)
     mask = node.kwargs.get("attn_mask")
