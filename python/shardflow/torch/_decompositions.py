@@ -1108,8 +1108,7 @@ def _hypot(a, b):
 def _log_sigmoid(x):
     # log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)); the second output is
     # backward's buffer, which inference never reads.
-    out = aten.minimum.default(x, aten.full.default([], 0, dtype=x.dtype)) \
-        - aten.log1p.default(aten.exp.default(-aten.abs.default(x)))
+    out = aten.minimum.default(x, _scalar(0, x)) - aten.log1p.default(aten.exp.default(-aten.abs.default(x)))
     return out, aten.full.default([0], 0, dtype=x.dtype)
 
 
@@ -1168,8 +1167,7 @@ def _diag_embed(x, offset=0, dim1=-2, dim2=-1):
 
 @_decomposes(aten.trace.default)
 def _trace(x):
-    diagonal = _diagonal(x)
-    return aten.sum.default(diagonal if x.is_floating_point() else diagonal.to(torch.int64))
+    return aten.sum.default(_diagonal(x))  # integers and bools sum in int64, as torch.trace's
 
 
 @_decomposes(aten.unbind.int)
