@@ -105,11 +105,15 @@ constexpr int64_t kShortRowsInL1 = 8192;
 // memory, 1 and 2 threads: one stream 16-17 and 24-32 GB/s, two 19-21 and
 // 25-38, four 20-22 and 30-43; stories110M decode 66 -> 79-84 tokens/s.
 // With several rows of x, short rows are read one at a time, each part one
-// sequential stream.
+// sequential stream. AVX2 builds read two (see kPrefetchAhead).
+#if defined(__AVX512F__)
 constexpr int kStreams = 4;
+#else
+constexpr int kStreams = 2;
+#endif
 
-// How far ahead of the FMAs each weight row is prefetched, in floats (4 KiB;
-// past the matrix's end is harmless, a prefetch never faults), into L2.
+// How far ahead of the FMAs each weight row is prefetched, in floats (4 or
+// 16 KiB; past the matrix's end is harmless, a prefetch never faults), into L2.
 // Intel Xeon family 6 model 207, 1 GiB weights, against a streaming read at
 // 1 and 2 threads: one row of x, 8192 columns 0.73-0.78 and 0.75-0.80
 // without, 0.88 and 0.79 with; 768 columns 0.75-0.83 and 0.81-0.86 without,
@@ -117,10 +121,19 @@ constexpr int kStreams = 4;
 // for several rows than none (8 rows, 8192 columns, from memory: 0.25 of
 // the stream against 0.49) and than this one (8 x 4096 x 768 in L3: 2.9
 // GB/s against 14), as groups of rows after the first missed the weight
-// rows L1 had dropped. (On AMD Zen the earlier kernel read single rows
-// faster with no prefetch than with a non-temporal one; this one is not
-// measured there yet.)
+// rows L1 had dropped. On AMD EPYC family 25 model 1 (Zen 3, AVX2, 32 MiB
+// L3), one row of x from 1 GiB of 768 and 2048 columns, 1 and 2 threads,
+// 2 alternating rounds: 0.33-0.61 of the stream without, 0.43-0.74 with.
+// That machine wants the lines further ahead: llama_bench stories110M_1dev, one thread, 3 alternating
+// rounds each, decode 14.6-16.9 tokens/s (bw_fraction 0.43) with 4 streams
+// and 1024 floats ahead, 22.0-25.9 (0.66-0.71) with 2 streams and 2048,
+// 29.7-30.1 (0.72-0.74) with 2 streams and 4096; one stream 0.56-0.64.
+// AVX2 builds take the last; AVX-512 ones keep what their machines measured.
+#if defined(__AVX512F__)
 constexpr int64_t kPrefetchAhead = 1024;
+#else
+constexpr int64_t kPrefetchAhead = 4096;
+#endif
 
 // The floats one round of the chains covers: one vector for each.
 constexpr int64_t kStep = kChains * Vec::kLanes;
