@@ -124,9 +124,10 @@ constexpr int kStreams = 2;
 // rows L1 had dropped. On AMD EPYC family 25 model 1 (Zen 3, AVX2, 32 MiB
 // L3), one row of x from 1 GiB of 768 and 2048 columns, 1 and 2 threads,
 // 2 alternating rounds: 0.33-0.61 of the stream without, 0.43-0.74 with.
-// That machine wants the lines further ahead: llama_bench stories110M_1dev, one thread, 3 alternating
-// rounds each, decode 14.6-16.9 tokens/s (bw_fraction 0.43) with 4 streams
-// and 1024 floats ahead, 22.0-25.9 (0.66-0.71) with 2 streams and 2048,
+// That machine wants the lines further ahead: llama_bench
+// stories110M_1dev, one thread, 3 alternating rounds each, decode
+// 14.6-16.9 tokens/s (bw_fraction 0.43) with 4 streams and 1024 floats
+// ahead, 22.0-25.9 (0.66-0.71) with 2 streams and 2048,
 // 29.7-30.1 (0.72-0.74) with 2 streams and 4096; one stream 0.52-0.64.
 // AVX2 builds take the last; AVX-512 ones keep what their machines measured.
 #if defined(__AVX512F__)
