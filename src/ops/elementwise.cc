@@ -7,7 +7,9 @@
 //   ([i, k], [i, j])->([i, j]) {i=8, j=16, k=1}
 #include <fmt/format.h>
 
+#include <cassert>
 #include <cmath>
+#include <type_traits>
 
 #include "families.h"
 #include "kernel_util.h"
@@ -139,44 +141,40 @@ void register_unary_ops(OpRegistry& r) {
 enum class BinaryResult { kPromoted, kTrueDivision, kBool };
 
 // z = f(x, y) elementwise over broadcast operands, computed in `compute`
-// (the operands are cast to it); the result has dtype `out` (compute or bool).
-template <class F>
-DenseTensor map_binary(const DenseTensor& a_in, const DenseTensor& b_in, DType compute, DType out, F f) {
+// (the operands are cast to it, and T stores it). The result is bool where
+// f gives bool (comparisons), else `compute`. Both are compile-time: the
+// caller visits the dtype once, and each op compiles its loops for one
+// result type only.
+template <class T, class F>
+DenseTensor map_binary(const DenseTensor& a_in, const DenseTensor& b_in, DType compute, F f) {
+  using C = ComputeType<T>;
+  constexpr bool kBoolResult = std::is_same_v<std::invoke_result_t<F&, C, C>, bool>;
+  using O = std::conditional_t<kBoolResult, bool, T>;
   const DenseTensor a = cast(a_in, compute);
   const DenseTensor b = cast(b_in, compute);
   const Shape shape = broadcast_shapes(a.shape(), b.shape());
-  DenseTensor result = DenseTensor::empty(out, shape);
-  visit_dtype(compute, [&](auto tag) {
-    using T = decltype(tag);
-    const auto run = [&](auto* z) {
-      using O = std::remove_pointer_t<decltype(z)>;
-      const T* x_base = a.data_as<T>();
-      const T* y_base = b.data_as<T>();
-      const Shape* shapes[] = {&a.shape(), &b.shape()};
-      for_each_broadcast_row(shape, shapes, [&](int64_t n, const int64_t* offset, const int64_t* inner) {
-        const T* x = x_base + offset[0];
-        const T* y = y_base + offset[1];
-        // Separate loops for the stride patterns let each one vectorise.
-        if (inner[0] && inner[1]) {
-          for (int64_t i = 0; i < n; ++i) z[i] = store<O>(f(load(x[i]), load(y[i])));
-        } else if (inner[1]) {
-          const auto xv = load(x[0]);
-          for (int64_t i = 0; i < n; ++i) z[i] = store<O>(f(xv, load(y[i])));
-        } else if (inner[0]) {
-          const auto yv = load(y[0]);
-          for (int64_t i = 0; i < n; ++i) z[i] = store<O>(f(load(x[i]), yv));
-        } else {
-          const auto v = store<O>(f(load(x[0]), load(y[0])));
-          for (int64_t i = 0; i < n; ++i) z[i] = v;
-        }
-        z += n;
-      });
-    };
-    if (out == DType::kBool) {
-      run(result.data_as<bool>());
+  DenseTensor result = DenseTensor::empty(kBoolResult ? DType::kBool : compute, shape);
+  O* z = result.data_as<O>();
+  const T* x_base = a.data_as<T>();
+  const T* y_base = b.data_as<T>();
+  const Shape* shapes[] = {&a.shape(), &b.shape()};
+  for_each_broadcast_row(shape, shapes, [&](int64_t n, const int64_t* offset, const int64_t* inner) {
+    const T* x = x_base + offset[0];
+    const T* y = y_base + offset[1];
+    // Separate loops for the stride patterns let each one vectorise.
+    if (inner[0] && inner[1]) {
+      for (int64_t i = 0; i < n; ++i) z[i] = store<O>(f(load(x[i]), load(y[i])));
+    } else if (inner[1]) {
+      const auto xv = load(x[0]);
+      for (int64_t i = 0; i < n; ++i) z[i] = store<O>(f(xv, load(y[i])));
+    } else if (inner[0]) {
+      const auto yv = load(y[0]);
+      for (int64_t i = 0; i < n; ++i) z[i] = store<O>(f(load(x[i]), yv));
     } else {
-      run(result.data_as<T>());
+      const auto v = store<O>(f(load(x[0]), load(y[0])));
+      for (int64_t i = 0; i < n; ++i) z[i] = v;
     }
+    z += n;
   });
   return result;
 }
@@ -257,9 +255,10 @@ OpDef binary_def(bool scalar_form, BinaryResult result, Make make, BinaryTraits 
     const DenseTensor other = scalar_form ? scalar_tensor(args[1].constant, dtypes.compute) : in[1];
     DenseTensor out;
     visit_dtype(dtypes.compute, [&](auto tag) {
-      using C = ComputeType<decltype(tag)>;
-      out = map_binary(in[0], other, dtypes.compute, dtypes.out, make(args, C{}));
+      using T = decltype(tag);
+      out = map_binary<T>(in[0], other, dtypes.compute, make(args, ComputeType<T>{}));
     });
+    assert(out.dtype() == dtypes.out && "the element function's result type agrees with the inferred dtype");
     return std::vector<DenseTensor>{std::move(out)};
   };
   return def;
