@@ -83,8 +83,10 @@ run_tests() {
   build release
   echo "==> tests (release)"
   ctest --preset release
+  # One pytest worker per core (at most 4: each imports torch), by pytest-xdist.
   echo "==> Python tests (pytest, against build/release/python)"
-  PYTHONPATH="$PWD/build/release/python" OPENBLAS_NUM_THREADS=1 python3 -m pytest -q tests/python
+  PYTHONPATH="$PWD/build/release/python" OPENBLAS_NUM_THREADS=1 \
+    python3 -m pytest -q -n auto --maxprocesses 4 tests/python
   build asan
   echo "==> tests (asan: AddressSanitizer + UndefinedBehaviorSanitizer)"
   ctest --preset asan
