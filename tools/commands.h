@@ -38,7 +38,7 @@ struct RunOptions {
   bool check = false;
   bool profile = false;
   std::string format = "text";
-  std::string backend = "local";  // or "mpi"
+  std::string backend;  // "local" or "mpi"; empty: mpi when mpirun started us, else local
 };
 
 // `shardflow run FILE`: partitions the graph, runs it on in-process devices
@@ -79,7 +79,7 @@ struct LlamaOptions {
   bool check = false;
   bool profile = false;
   std::string format = "text";
-  std::string backend = "local";  // or "mpi"
+  std::string backend;  // "local" or "mpi"; empty: mpi when mpirun started us, else local
 };
 
 // `shardflow llama`: LLaMA 2 generation on in-process devices with the

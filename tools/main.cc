@@ -52,8 +52,16 @@ static std::string one_line(std::string message) {
 }
 
 static constexpr const char* kBackendHelp =
-    "local: in-process devices (default); mpi: one device per MPI rank, launched with mpirun -n <devices>, "
-    "rank 0 prints";
+    "local: in-process devices; mpi: one device per MPI rank, launched with mpirun -n <devices>, rank 0 prints "
+    "(default: mpi when started by mpirun, as xr.use_spmd(), else local)";
+
+// Whether an MPI launcher (mpirun, mpiexec, srun with PMI) started this
+// process: the variables it sets before main. Read before MPI starts: a
+// singleton Open MPI sets them itself.
+static bool started_by_mpi_launcher() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr ||
+         std::getenv("PMIX_RANK") != nullptr;
+}
 
 // CLI11 2.1 turns an integer outside int64's range into the nearest bound;
 // refuse it instead (malformed text is left to CLI11's own error). Given to
@@ -202,6 +210,14 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  // Without --backend, a command mpirun started runs one device per rank:
+  // run in process, each rank would run the whole job alone, the ranks
+  // sharing the cores, and print its results once per rank.
+  const bool launched = started_by_mpi_launcher();
+  for (std::string* backend : {&run_options.backend, &llama_options.backend}) {
+    if (backend->empty()) *backend = launched ? "mpi" : "local";
+  }
+
   // --backend mpi: one MPI runtime for the whole command, made here so that
   // an error on any rank can end the job (the other ranks may be waiting for
   // it in a collective). Only rank 0 writes to stdout.
@@ -211,9 +227,6 @@ int main(int argc, char** argv) {
   if (use_mpi) {
     std::string command_line;
     for (int i = 1; i < argc; ++i) command_line += (i > 1 ? " " : "") + std::string(argv[i]);
-    // Read before MPI starts: a singleton Open MPI sets these variables itself.
-    const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr ||
-                          std::getenv("PMIX_RANK") != nullptr;
     try {
       mpi.emplace(shardflow::Runtime::mpi({.job_fingerprint = command_line}));
     } catch (const shardflow::Error& error) {

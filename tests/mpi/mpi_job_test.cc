@@ -1,5 +1,6 @@
 // MPI jobs launched with mpiexec, as a user launches them: `shardflow run`
-// and `shardflow llama` with --backend mpi give the in-process results; a
+// and `shardflow llama` with --backend mpi (the default under mpiexec) give
+// the in-process results; a
 // rank that throws, exits or stops joining collectives ends the job with a
 // non-zero status and the error within 30 s, printed once when every rank
 // has it; ranks started with different
@@ -103,6 +104,23 @@ TEST(MpiJob, LlamaTinyGivesTheInProcessTokens) {
   EXPECT_EQ(m["tokens"], l["tokens"]);
   EXPECT_EQ(m["collectives_per_decode_step"], l["collectives_per_decode_step"]);
   EXPECT_LT(m["max_abs_logit_diff"].get<double>(), 1e-4);
+}
+
+// Without --backend, mpirun's ranks are the devices (as xr.use_spmd()):
+// before, each rank ran the whole job in process and printed it.
+TEST(MpiJob, LlamaUnderMpirunRunsOneDevicePerRankByDefault) {
+  const std::string args = " llama --config tiny --mesh 2,1,2 --steps 6 --format json";
+  const JobResult local = run(kJobEnvironment + kShardflow + args);
+  ASSERT_EQ(local.status, 0) << local.err;
+  const JobResult mpi = run(mpiexec(4) + kShardflow + args);
+  ASSERT_EQ(mpi.status, 0) << mpi.err;
+  const auto m = nlohmann::json::parse(mpi.out);  // one document: rank 0 alone prints
+  EXPECT_EQ(m["tokens"], nlohmann::json::parse(local.out)["tokens"]);
+  // A mesh the ranks do not cover names the mpirun to use, where in process
+  // it would have run.
+  const JobResult too_few = run(mpiexec(2) + kShardflow + args);
+  EXPECT_NE(too_few.status, 0);
+  EXPECT_NE(too_few.err.find("mpirun -n 4"), std::string::npos) << too_few.err;
 }
 
 TEST(MpiJob, RanksStartedWithDifferentArgumentsAreToldAtStartUp) {
