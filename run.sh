@@ -3,9 +3,9 @@
 #
 #   ./run.sh demo   install the Debian packages, build (release), run the demo
 #   ./run.sh test   install the Debian and Python packages, check the C++
-#                   formatting, build release (with the Python module), asan
-#                   and fuzz, run every test (ctest, pytest, ctest under
-#                   ASan+UBSan, libFuzzer on every parser)
+#                   formatting, build release (with the Python module) and
+#                   asan (clang, with the fuzzers), run every test (ctest,
+#                   pytest, ctest under ASan+UBSan, libFuzzer on every parser)
 #   ./run.sh format apply .clang-format to the C++ sources (clang-format 14)
 #
 # Packages are installed with apt-get when run as root; otherwise the script
@@ -87,12 +87,13 @@ run_tests() {
   echo "==> Python tests (pytest, against build/release/python)"
   PYTHONPATH="$PWD/build/release/python" OPENBLAS_NUM_THREADS=1 \
     python3 -m pytest -q -n auto --maxprocesses 4 tests/python
+  # One clang build serves the sanitized tests and the fuzzers: a separate
+  # fuzz build compiled every library a third time.
   build asan
-  echo "==> tests (asan: AddressSanitizer + UndefinedBehaviorSanitizer)"
+  echo "==> tests (asan: AddressSanitizer + UndefinedBehaviorSanitizer, clang 14)"
   ctest --preset asan
-  build fuzz
   echo "==> fuzzing: libFuzzer on every parser and loader (ASan + UBSan), 20 s each"
-  ctest --preset fuzz
+  ctest --preset asan-fuzz
 }
 
 case "${1:-}" in

@@ -53,12 +53,12 @@ OpRun run_op(const std::string& name, const std::vector<TestArg>& args) {
   EXPECT_EQ(run.rule.operands.size(), types.size()) << op->full_name() << " " << run.rule.to_string();
   EXPECT_EQ(run.rule.results.size(), run.inferred.size()) << op->full_name();
   const auto check_tensor = [&](const DimFactors& dims, const TensorType& type, const char* what) {
-    EXPECT_EQ(dims.size(), type.shape.size()) << op->full_name() << " " << what << " " << run.rule.to_string();
+    EXPECT_EQ(dims.size(), type.shape.size()) << run.op->full_name() << " " << what << " " << run.rule.to_string();
     for (std::size_t d = 0; d < dims.size() && d < type.shape.size(); ++d) {
       int64_t size = 1;
       for (int f : dims[d]) size *= run.rule.factors.at(static_cast<std::size_t>(f)).size;
-      EXPECT_FALSE(dims[d].empty()) << op->full_name() << " " << what << " dim " << d;
-      EXPECT_EQ(size, type.shape[d]) << op->full_name() << " " << what << " dim " << d << ": "
+      EXPECT_FALSE(dims[d].empty()) << run.op->full_name() << " " << what << " dim " << d;
+      EXPECT_EQ(size, type.shape[d]) << run.op->full_name() << " " << what << " dim " << d << ": "
                                      << run.rule.to_string();
     }
   };

@@ -62,9 +62,10 @@ TEST_P(AllReduce, MatchesReference) {
       data[static_cast<std::size_t>(group.devices[static_cast<std::size_t>(r)])] = inputs.back();
     }
     const Bytes expected = reference_reduce(dtype, op, inputs);
-    rt.run([&](int64_t device, sf::Communicator& comm) {
+    // By value: clang 14 cannot capture structured bindings.
+    rt.run([&, element_type = dtype, reduction = op](int64_t device, sf::Communicator& comm) {
       if (is_member(group, device)) {
-        comm.all_reduce(group, data[static_cast<std::size_t>(device)], dtype, op);
+        comm.all_reduce(group, data[static_cast<std::size_t>(device)], element_type, reduction);
       }
     });
     for (int64_t device : group.devices) {
