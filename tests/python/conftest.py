@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import zlib
 import pathlib
 import shutil
 import subprocess
@@ -23,6 +25,27 @@ try:
     import shardflow  # noqa: F401
 except ImportError:  # running from a checkout without PYTHONPATH
     sys.path.insert(0, str(BUILD / "python"))
+
+
+# Random inputs are seeded per test from its id, so a failure reproduces whichever
+# xdist worker runs it and whatever ran before it. SHARDFLOW_TEST_SEED picks
+# another family of inputs.
+_BASE_SEED = int(os.environ.get("SHARDFLOW_TEST_SEED", "0"))
+
+
+def pytest_report_header(config):
+    return f"shardflow: SHARDFLOW_TEST_SEED={_BASE_SEED} (random inputs are seeded per test from it and the test id)"
+
+
+@pytest.fixture(autouse=True)
+def _seeded_random_inputs(request):
+    import numpy
+    import torch
+
+    seed = (zlib.crc32(request.node.nodeid.encode()) + _BASE_SEED) % 2**32
+    random.seed(seed)
+    numpy.random.seed(seed)
+    torch.manual_seed(seed)
 
 
 def _cli_path() -> str | None:
