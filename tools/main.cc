@@ -55,14 +55,6 @@ static constexpr const char* kBackendHelp =
     "local: in-process devices; mpi: one device per MPI rank, launched with mpirun -n <devices>, rank 0 prints "
     "(default: mpi when started by mpirun, as xr.use_spmd(), else local)";
 
-// Whether an MPI launcher (mpirun, mpiexec, srun with PMI) started this
-// process: the variables it sets before main. Read before MPI starts: a
-// singleton Open MPI sets them itself.
-static bool started_by_mpi_launcher() {
-  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr ||
-         std::getenv("PMIX_RANK") != nullptr;
-}
-
 // CLI11 2.1 turns an integer outside int64's range into the nearest bound;
 // refuse it instead (malformed text is left to CLI11's own error). Given to
 // every integer option by refuse_integer_overflow.
@@ -213,7 +205,7 @@ int main(int argc, char** argv) {
   // Without --backend, a command mpirun started runs one device per rank:
   // run in process, each rank would run the whole job alone, the ranks
   // sharing the cores, and print its results once per rank.
-  const bool launched = started_by_mpi_launcher();
+  const bool launched = shardflow::Runtime::started_by_mpi_launcher();
   for (std::string* backend : {&run_options.backend, &llama_options.backend}) {
     if (backend->empty()) *backend = launched ? "mpi" : "local";
   }

@@ -466,6 +466,9 @@ void bind_graph(nb::module_& m) {
           },
           "collective_timeout_s"_a = 300.0,
           "One device per MPI rank (launch with mpirun); every rank runs the same program.")
+      .def_static("started_by_mpi_launcher", &Runtime::started_by_mpi_launcher,
+                  "Whether mpirun, mpiexec or srun (PMI or PMIx) started this process (OMPI_COMM_WORLD_SIZE,\n"
+                  "PMI_SIZE or PMIX_RANK is set). use_spmd() and the shardflow tool then run one device per rank.")
       .def_prop_ro("num_devices", [](PyRuntime& r) { return r.get().num_devices(); })
       .def_prop_ro("process_index", [](PyRuntime& r) { return r.get().process_index(); })
       .def_prop_ro("process_count", [](PyRuntime& r) { return r.get().process_count(); })

@@ -242,6 +242,11 @@ Runtime Runtime::local(int64_t num_devices) {
   return Runtime(std::make_unique<LocalRuntime>(num_devices));
 }
 
+bool Runtime::started_by_mpi_launcher() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr ||
+         std::getenv("PMIX_RANK") != nullptr;
+}
+
 Runtime::Runtime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Runtime::Runtime(Runtime&& other) noexcept = default;
 Runtime::~Runtime() = default;

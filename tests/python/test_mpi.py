@@ -42,3 +42,50 @@ def test_a_graph_runs_on_mpi_ranks_as_in_process(tmp_path):
     count, mpi_sum = lines["rank0"].split()
     assert count == "2"
     assert float(mpi_sum) == float(lines["local"])
+
+
+@pytest.mark.parametrize("variable", ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"])
+def test_each_launchers_variable_means_one_device_per_rank(monkeypatch, variable):
+    import shardflow as sf
+
+    for name in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    assert not sf.Runtime.started_by_mpi_launcher()
+    monkeypatch.setenv(variable, "2")
+    assert sf.Runtime.started_by_mpi_launcher()
+
+
+USE_SPMD_SCRIPT = textwrap.dedent("""
+    import sys
+    import torch
+    import shardflow.torch.runtime as xr
+    import shardflow.torch.spmd as xs
+
+    runtime = xr.use_spmd()
+
+    def f(x, w):
+        xs.mark_sharding(x, xs.Mesh(torch.arange(2), (2,)), (0, None))
+        return torch.relu(x @ w)
+
+    torch.manual_seed(0)
+    x, w = torch.randn(8, 6), torch.randn(6, 4)
+    got = torch.compile(f, backend="shardflow")(x, w)
+    error = float((got - torch.relu(x @ w)).abs().max())
+    # One file per rank: mpirun interleaves the ranks' stdout mid-line.
+    with open(f"{sys.argv[1]}/rank{runtime.process_index}", "w") as out:
+        out.write(f"{runtime.process_index} {runtime.process_count} {xr.global_runtime_device_count()} {error}")
+""")
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="OpenMPI is not installed")
+def test_use_spmd_under_mpirun_makes_the_ranks_the_devices(tmp_path):
+    script = pathlib.Path(tmp_path) / "job.py"
+    script.write_text(USE_SPMD_SCRIPT)
+    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "OPENBLAS_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
+    result = subprocess.run(["mpirun", "-n", "2", "--oversubscribe", sys.executable, str(script), str(tmp_path)],
+                            capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    rows = [(tmp_path / f"rank{rank}").read_text().split() for rank in (0, 1)]
+    assert [row[:3] for row in rows] == [["0", "2", "2"], ["1", "2", "2"]]
+    assert all(float(row[3]) <= 1e-5 for row in rows)

@@ -90,6 +90,13 @@ class Runtime {
   // hangs longer than `collective_timeout_s`.
   static Runtime mpi(const MpiOptions& options = {});
 
+  // Whether an MPI launcher (mpirun, mpiexec, srun with PMI or PMIx) started
+  // this process: one of the variables they set before main
+  // (OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK). Ask before MPI starts: a
+  // singleton Open MPI sets them itself. The tool and the Python package
+  // run one device per rank when it is true and no backend is named.
+  static bool started_by_mpi_launcher();
+
   Runtime(Runtime&& other) noexcept;
   Runtime& operator=(Runtime&&) = delete;  // would break the creation order
   ~Runtime();

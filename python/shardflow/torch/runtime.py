@@ -39,10 +39,6 @@ _process_index = 0
 _process_count = 1
 
 
-def _under_mpirun() -> bool:
-    return "OMPI_COMM_WORLD_SIZE" in os.environ or "PMI_SIZE" in os.environ
-
-
 def _devices_on_this_host(runtime: sf.Runtime) -> int:
     if runtime.process_count == 1:
         return runtime.num_devices
@@ -90,7 +86,7 @@ def use_spmd(devices: int | None = None) -> sf.Runtime:
             raise sf.Error(f"use_spmd(devices={devices}): a runtime of {_runtime.num_devices} devices is already "
                            "running; call shutdown() first")
         return _runtime
-    if _under_mpirun():
+    if sf.Runtime.started_by_mpi_launcher():
         _runtime = sf.Runtime.mpi()
         if devices is not None and _runtime.num_devices != devices:
             raise sf.Error(f"use_spmd(devices={devices}) under mpirun with {_runtime.num_devices} ranks: "
