@@ -472,6 +472,9 @@ void bind_graph(nb::module_& m) {
       .def_prop_ro("num_devices", [](PyRuntime& r) { return r.get().num_devices(); })
       .def_prop_ro("process_index", [](PyRuntime& r) { return r.get().process_index(); })
       .def_prop_ro("process_count", [](PyRuntime& r) { return r.get().process_count(); })
+      .def_prop_ro(
+          "devices_on_this_host", [](PyRuntime& r) { return r.get().devices_on_this_host(); },
+          "The devices sharing this host's cores: all of them in process; under MPI the ranks on this host.")
       .def_prop_ro("closed", [](const PyRuntime& r) { return !r.runtime.has_value(); })
       .def("close", &PyRuntime::close)
       .def(

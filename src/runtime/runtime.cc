@@ -255,6 +255,7 @@ int64_t Runtime::num_devices() const { return impl_ ? impl_->num_devices() : 0; 
 
 int64_t Runtime::process_index() const { return impl_ ? impl_->process_index() : 0; }
 int64_t Runtime::process_count() const { return impl_ ? impl_->process_count() : 1; }
+int64_t Runtime::devices_on_this_host() const { return impl_ ? impl_->devices_on_this_host() : 0; }
 
 void Runtime::abort_job(std::string_view message, int status) {
   if (!impl_) {

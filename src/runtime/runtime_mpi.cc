@@ -55,6 +55,7 @@ class MpiRuntime final : public Runtime::Impl {
   int64_t num_devices() const override { return size_; }
   int64_t process_index() const override { return rank_; }
   int64_t process_count() const override { return size_; }
+  int64_t devices_on_this_host() const override { return host_ranks_; }
   void run(const Program& program) override;
   [[noreturn]] void abort_job(std::string_view message, int status) override;
 
@@ -66,6 +67,7 @@ class MpiRuntime final : public Runtime::Impl {
 
   int rank_ = 0;
   int size_ = 1;
+  int host_ranks_ = 1;
   bool initialised_mpi_ = false;
   std::unique_ptr<detail::MpiCommunicator> comm_;
   std::unique_ptr<SpmdRunner> runner_;
@@ -109,14 +111,13 @@ MpiRuntime::MpiRuntime(const MpiOptions& options) {
   // rank bound to some cores (mpiexec binds each to one by default) has
   // those; an unbound one an equal part of the host's.
   MPI_Comm host = MPI_COMM_NULL;
-  int host_ranks = 1;
   if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &host) == MPI_SUCCESS) {
-    MPI_Comm_size(host, &host_ranks);
+    MPI_Comm_size(host, &host_ranks_);
     MPI_Comm_free(&host);
   }
   const int host_cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int bound_cores = available_cores();
-  const int share = bound_cores < host_cores ? bound_cores : host_cores / std::max(1, host_ranks);
+  const int share = bound_cores < host_cores ? bound_cores : host_cores / std::max(1, host_ranks_);
   previous_kernel_threads_ = kernel_threads();
   set_kernel_threads(std::clamp(share, 1, std::max(1, *previous_kernel_threads_)));
 

@@ -95,6 +95,9 @@ uint32_t seed_of(int64_t device, std::size_t count, int salt) {
   return static_cast<uint32_t>(device * 7919 + static_cast<int64_t>(count) * 31 + salt);
 }
 
+// mpirun starts every rank of these tests on this host.
+TEST(MpiRuntime, CountsTheRanksOnThisHost) { EXPECT_EQ(g_mpi->devices_on_this_host(), world()); }
+
 TEST(MpiCollectives, AllReduceMatchesInProcessBitForBit) {
   for (const Partition& partition : partitions()) {
     for (const DType dtype : sf::kAllDTypes) {

@@ -114,7 +114,7 @@ def test_run_takes_numpy_inputs_and_checks_them():
 def test_a_runtime_is_used_while_open_and_ends_in_order():
     g = sf.Graph.parse(GRAPHS[2])
     with sf.Runtime.local(4) as rt:
-        assert rt.num_devices == 4 and rt.process_count == 1
+        assert rt.num_devices == 4 and rt.process_count == 1 and rt.devices_on_this_host == 4
         sf.run(g, check=True, runtime=rt)
         inner = sf.Runtime.local(2)
         with pytest.raises(sf.Error, match="reverse order"):

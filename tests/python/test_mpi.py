@@ -73,7 +73,8 @@ USE_SPMD_SCRIPT = textwrap.dedent("""
     error = float((got - torch.relu(x @ w)).abs().max())
     # One file per rank: mpirun interleaves the ranks' stdout mid-line.
     with open(f"{sys.argv[1]}/rank{runtime.process_index}", "w") as out:
-        out.write(f"{runtime.process_index} {runtime.process_count} {xr.global_runtime_device_count()} {error}")
+        out.write(f"{runtime.process_index} {runtime.process_count} {xr.global_runtime_device_count()} "
+                  f"{runtime.devices_on_this_host} {error}")
 """)
 
 
@@ -87,5 +88,6 @@ def test_use_spmd_under_mpirun_makes_the_ranks_the_devices(tmp_path):
                             capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr
     rows = [(tmp_path / f"rank{rank}").read_text().split() for rank in (0, 1)]
-    assert [row[:3] for row in rows] == [["0", "2", "2"], ["1", "2", "2"]]
-    assert all(float(row[3]) <= 1e-5 for row in rows)
+    # rank, ranks, devices, devices on this host (both ranks run here)
+    assert [row[:4] for row in rows] == [["0", "2", "2", "2"], ["1", "2", "2", "2"]]
+    assert all(float(row[4]) <= 1e-5 for row in rows)

@@ -41,6 +41,7 @@ DeviceGroup all_devices(int64_t n) {
 TEST_F(Runtime, RunsEveryDeviceOnItsOwnThread) {
   sf::Runtime rt = sf::Runtime::local(8);
   EXPECT_EQ(rt.num_devices(), 8);
+  EXPECT_EQ(rt.devices_on_this_host(), 8);
   std::mutex mutex;
   std::set<std::thread::id> threads;
   std::vector<int> calls(8);

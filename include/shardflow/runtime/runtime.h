@@ -106,6 +106,10 @@ class Runtime {
   // their count: 0 and 1 in-process.
   int64_t process_index() const;
   int64_t process_count() const;
+  // The job's devices that share this host's cores: all of them in
+  // process; in an MPI job the ranks on this rank's host (the ranks
+  // MPI_COMM_TYPE_SHARED groups with it), whichever launcher started them.
+  int64_t devices_on_this_host() const;
 
   // Runs fn(device, comm) on every device in parallel and waits for all of
   // them. Throws shardflow::Error("device <d>: <message>") with the first

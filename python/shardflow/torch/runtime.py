@@ -39,21 +39,12 @@ _process_index = 0
 _process_count = 1
 
 
-def _devices_on_this_host(runtime: sf.Runtime) -> int:
-    if runtime.process_count == 1:
-        return runtime.num_devices
-    for name in ("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"):  # Open MPI's, MPICH's
-        if os.environ.get(name, "").isdigit():
-            return int(os.environ[name])
-    return 1
-
-
 def _leave_the_cores_to_the_devices(runtime: sf.Runtime) -> None:
     """torch's threads down to one while shardflow runs on several threads of
     this host (several devices, or one device's kernels on several threads:
     see the module's text), unless its OpenMP workers wait passively."""
     global _torch_threads_before
-    before, here = torch.get_num_threads(), _devices_on_this_host(runtime)
+    before, here = torch.get_num_threads(), runtime.devices_on_this_host
     if here > 1:
         what = f"{here} devices"
     elif sf.get_num_threads() > 1:
