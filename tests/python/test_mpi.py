@@ -29,16 +29,22 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-@pytest.mark.skipif(shutil.which("mpirun") is None, reason="OpenMPI is not installed")
-def test_a_graph_runs_on_mpi_ranks_as_in_process(tmp_path):
-    script = pathlib.Path(tmp_path) / "job.py"
-    script.write_text(SCRIPT)
+def run_on_two_ranks(script_text: str, tmp_path: pathlib.Path) -> str:
+    """Runs the script under `mpirun -n 2` (its argument: tmp_path) and returns its stdout."""
+    script = tmp_path / "job.py"
+    script.write_text(script_text)
     env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
            "OPENBLAS_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
-    result = subprocess.run(["mpirun", "-n", "2", "--oversubscribe", sys.executable, str(script)],
-                            capture_output=True, text=True, env=env, timeout=120)
+    result = subprocess.run(["mpirun", "-n", "2", "--oversubscribe", sys.executable, str(script), str(tmp_path)],
+                            capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr
-    lines = dict(line.split(" ", 1) for line in result.stdout.strip().splitlines())
+    return result.stdout
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="OpenMPI is not installed")
+def test_a_graph_runs_on_mpi_ranks_as_in_process(tmp_path):
+    stdout = run_on_two_ranks(SCRIPT, tmp_path)
+    lines = dict(line.split(" ", 1) for line in stdout.strip().splitlines())
     count, mpi_sum = lines["rank0"].split()
     assert count == "2"
     assert float(mpi_sum) == float(lines["local"])
@@ -80,13 +86,7 @@ USE_SPMD_SCRIPT = textwrap.dedent("""
 
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="OpenMPI is not installed")
 def test_use_spmd_under_mpirun_makes_the_ranks_the_devices(tmp_path):
-    script = pathlib.Path(tmp_path) / "job.py"
-    script.write_text(USE_SPMD_SCRIPT)
-    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-           "OPENBLAS_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
-    result = subprocess.run(["mpirun", "-n", "2", "--oversubscribe", sys.executable, str(script), str(tmp_path)],
-                            capture_output=True, text=True, env=env, timeout=300)
-    assert result.returncode == 0, result.stderr
+    run_on_two_ranks(USE_SPMD_SCRIPT, tmp_path)
     rows = [(tmp_path / f"rank{rank}").read_text().split() for rank in (0, 1)]
     # rank, ranks, devices, devices on this host (both ranks run here)
     assert [row[:4] for row in rows] == [["0", "2", "2", "2"], ["1", "2", "2", "2"]]
