@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import random
-import zlib
 import pathlib
+import random
 import shutil
 import subprocess
 import sys
+import zlib
 
 import pytest
 
