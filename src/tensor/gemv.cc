@@ -89,6 +89,18 @@ constexpr int kRowsPerRead = 2;
 constexpr int kRowsPerLongRead = 1;
 constexpr int kMaxAccumulators = 8;  // of 16
 #endif
+// AVX2 keeps these. On AMD EPYC family 25 model 1 (Zen 3: two 256-bit FMAs
+// a cycle at 3.07 GHz, 98 GFLOPS), 8 rows of x against 1 GiB of weights,
+// one thread, 2 alternating rounds against a streaming read, 8192, 2048 and
+// 768 columns: 0.28-0.37, 0.34-0.45 and 0.31-0.36 with these; pairs of
+// weight rows against four rows of x by register (long rows and short)
+// 0.38-0.41, 0.36-0.39 and 0.26-0.30, though up to 1.5x faster on weights
+// in the caches; those with their prefetches spread over a round's passes
+// 0.31-0.35, 0.35-0.37 and 0.32-0.34. What bounds them there is the two
+// costs added, not overlapped: a standalone loop of pairs or singles of
+// weight rows by register reached 61-69 GFLOPS on weights in L1 (15-17
+// GB/s of weights at 4 flops a byte), the stream 17-19 GB/s, and from
+// memory it read 8-9, about 1 / (1/16 + 1/18).
 // Short weight rows read against all the rows of x at once (a batch of up
 // to kRowsPerRead, summed over the whole row) need those rows in L1 beside
 // the weight stream: beyond this many floats (32 KiB) they are read as
