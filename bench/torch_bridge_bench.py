@@ -25,6 +25,7 @@ import pathlib
 import statistics
 import sys
 import time
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -57,7 +58,8 @@ def torch_model(weights: sfl.Weights, seq_len: int, batch: int, mesh_shape, anno
     return model
 
 
-def rates(g: showcase.Generation, batch: int, prompt_length: int, more_prefills) -> tuple[float, float]:
+def rates(g: showcase.Generation, batch: int, prompt_length: int,
+          more_prefills: Callable[[], list[float]]) -> tuple[float, float]:
     """(prefill tokens/s, decode tokens/s) of a generation whose graphs were
     compiled before. The prefill rate is the median of the generation's and
     of `more_prefills()` (the seconds of further prefills right after it):
@@ -70,7 +72,7 @@ def rates(g: showcase.Generation, batch: int, prompt_length: int, more_prefills)
     return batch * prompt_length / prefill_seconds, batch * (g.decode_steps + 1) / decode_seconds
 
 
-def seconds_of(call, times: int) -> list[float]:
+def seconds_of(call: Callable[[], object], times: int) -> list[float]:
     """The seconds of `times` calls of `call()`."""
     seconds = []
     for _ in range(times):
