@@ -97,8 +97,8 @@ constexpr int kMaxAccumulators = 8;  // of 16
 // 0.38-0.41, 0.36-0.39 and 0.26-0.30, though up to 1.5x faster on weights
 // in the caches; those with their prefetches spread over a round's passes
 // 0.31-0.35, 0.35-0.37 and 0.32-0.34, and 1024 floats ahead instead of 4096
-// 0.33-0.37 at 8192 columns, where 4 rows of x fell from 0.55-0.59 to 0.41
-// (long rows by register). What bounds them there is the two
+// 0.33-0.37 at 8192 columns, where 4 rows of x fell from 0.46-0.59 (two
+// runs) to 0.41 (long rows by register). What bounds them there is the two
 // costs added, not overlapped: a standalone loop of pairs or singles of
 // weight rows by register reached 61-69 GFLOPS on weights in L1 (15-17
 // GB/s of weights at 4 flops a byte), the stream 17-19 GB/s, and from
