@@ -58,17 +58,22 @@ def torch_model(weights: sfl.Weights, seq_len: int, batch: int, mesh_shape, anno
     return model
 
 
+# Prefills timed after each generation's own: a run's prefill rate is the
+# median of the three (see rates).
+EXTRA_PREFILLS = 2
+
+
 def rates(g: showcase.Generation, batch: int, prompt_length: int,
-          more_prefills: Callable[[], list[float]]) -> tuple[float, float]:
+          prefill: Callable[[], object]) -> tuple[float, float]:
     """(prefill tokens/s, decode tokens/s) of a generation whose graphs were
     compiled before. The prefill rate is the median of the generation's and
-    of `more_prefills()` (the seconds of further prefills right after it):
-    one prefill is a single call of tens of milliseconds, and the first of a
-    run took up to 1.6 times as long as the two after it (stories110M on
-    (1,1,2), AMD Zen 3: bridge / native prefill 0.59 in a run that timed one
-    prefill per round, 0.99 in the next, which took the median)."""
+    of EXTRA_PREFILLS calls of `prefill()` right after it: one prefill is a
+    single call of tens of milliseconds, and the first of a run took up to
+    1.6 times as long as the two after it (stories110M on (1,1,2), AMD Zen
+    3: bridge / native prefill 0.59 in a run that timed one prefill per
+    round, 0.99 in the next, which took the median)."""
     decode_seconds = g.first_decode_seconds + g.decode_seconds
-    prefill_seconds = statistics.median([g.prefill_seconds, *more_prefills()])
+    prefill_seconds = statistics.median([g.prefill_seconds, *seconds_of(prefill, EXTRA_PREFILLS)])
     return batch * prompt_length / prefill_seconds, batch * (g.decode_steps + 1) / decode_seconds
 
 
@@ -134,13 +139,12 @@ def bench(config: str, mesh_shape: tuple[int, ...], rounds: int, steps: int, seq
 
         def run_bridge(name, step, model):
             g = showcase.generate(step, model, prompt, steps)
-            more_prefills = lambda: seconds_of(lambda: step(prompt, positions), 2)  # noqa: E731
-            results[name].append(rates(g, batch, len(prompt_ids), more_prefills))
+            results[name].append(rates(g, batch, len(prompt_ids), lambda: step(prompt, positions)))
 
         def run_native():
             n = sfl.generate(native, [prompt_ids] * batch, steps=steps)
             prefills = [n.prefill_seconds] + [sfl.generate(native, [prompt_ids] * batch, steps=1).prefill_seconds
-                                              for _ in range(2)]
+                                              for _ in range(EXTRA_PREFILLS)]
             results["native"].append((batch * len(prompt_ids) / statistics.median(prefills),
                                       batch * (steps - 1) / n.decode_seconds))
 
@@ -155,8 +159,7 @@ def bench(config: str, mesh_shape: tuple[int, ...], rounds: int, steps: int, seq
             for count, name in ((1, "eager 1 thread"), (2, "eager 2 threads")):
                 torch.set_num_threads(count)
                 g = showcase.generate(eager, eager, prompt, steps)
-                results[name].append(rates(g, batch, len(prompt_ids),
-                                           lambda: seconds_of(lambda: eager(prompt, positions), 2)))
+                results[name].append(rates(g, batch, len(prompt_ids), lambda: eager(prompt, positions)))
             torch.set_num_threads(threads)
             # torch's OpenMP workers spin on the cores for a while after their
             # last op; the next round's first run (the bridge's prefill) would
