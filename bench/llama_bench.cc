@@ -13,9 +13,10 @@
 //                                 (bw_GB_s: streaming read of probe_MiB, four
 //                                 times the last-level cache llc_MiB and at
 //                                 least 1 GiB; the best of one thread and
-//                                 kernel_threads threads, nine loop shapes
-//                                 of one to four streams per thread, two
-//                                 passes each) / weight bytes a decode
+//                                 kernel_threads threads, eleven loop shapes
+//                                 of one to four streams per thread, the
+//                                 median of three passes each) / weight
+//                                 bytes a decode
 //                                 step reads (weights_MiB);
 //                                 the median over 5 chunks of decode steps
 //                                 (bw_fraction_min and _max: their spread),
