@@ -87,7 +87,7 @@ constexpr int kMaxAccumulators = 24;  // of 32 vector registers
 constexpr int kLongRowTile = 2;
 constexpr int kRowsPerRead = 2;
 constexpr int kRowsPerLongRead = 1;
-constexpr int kMaxAccumulators = 8;  // of 16
+constexpr int kMaxAccumulators = 12;  // of 16: kStreams rows' chains below
 #endif
 // AVX2 keeps these. On AMD EPYC family 25 model 1 (Zen 3: two 256-bit FMAs
 // a cycle at 3.07 GHz, 98 GFLOPS), 8 rows of x against 1 GiB of weights,
@@ -119,11 +119,23 @@ constexpr int64_t kShortRowsInL1 = 8192;
 // memory, 1 and 2 threads: one stream 16-17 and 24-32 GB/s, two 19-21 and
 // 25-38, four 20-22 and 30-43; stories110M decode 66 -> 79-84 tokens/s.
 // With several rows of x, short rows are read one at a time, each part one
-// sequential stream. AVX2 builds read two (see kPrefetchAhead).
+// sequential stream.
+// AVX2 builds read three runs, long rows (one row of x) too, and do not
+// prefetch them: the cores' own prefetchers follow three sequential
+// streams best. AMD EPYC family 25 model 1 (Zen 3), one thread, 1 GiB of
+// weights, medians of 11-15 passes each against a plain loop reading three
+// streams in the same run (the fastest read loop there: two read 0.8-0.9
+// of it, four less): 768, 2048 and 8192 columns 0.91, 0.91 and 0.95 this
+// way, 0.67, 0.70 and 0.70 with two runs prefetched 16 KiB ahead (long
+// rows as pairs of adjacent rows).
 #if defined(__AVX512F__)
 constexpr int kStreams = 4;
+constexpr bool kPrefetchRuns = true;
+constexpr bool kLongRowsAsRuns = false;
 #else
-constexpr int kStreams = 2;
+constexpr int kStreams = 3;
+constexpr bool kPrefetchRuns = false;
+constexpr bool kLongRowsAsRuns = true;
 #endif
 
 // How far ahead of the FMAs each weight row is prefetched, in floats (4 or
@@ -143,9 +155,11 @@ constexpr int kStreams = 2;
 // 14.6-16.9 tokens/s (bw_fraction 0.43) with 4 streams and 1024 floats
 // ahead, 22.0-25.9 (0.66-0.71) with 2 streams and 2048,
 // 29.7-30.1 (0.72-0.74) with 2 streams and 4096; one stream 0.52-0.64.
-// AVX2 builds take the last; AVX-512 ones keep what their machines measured.
 // Four streams at 4096 and 8192 floats ahead read 0.41-0.47 and 0.35-0.45
-// there (3 alternating rounds, against 0.67-0.73 for two at 4096).
+// there (3 alternating rounds, against 0.67-0.73 for two at 4096). Three
+// streams without prefetching did better still (see kStreams): AVX2 builds
+// read one row of x that way, and prefetch 4096 ahead for several;
+// AVX-512 ones keep what their machines measured.
 #if defined(__AVX512F__)
 constexpr int64_t kPrefetchAhead = 1024;
 #else
@@ -383,7 +397,7 @@ struct XRows {
 // kPerRead rows of x at a time with registers of V.
 // kTiles tiles of adjacent weight rows (spacing 1) take turns block by
 // block (see kLongRowTiles).
-template <class V, int kWeightRows, int kBatch, int kPerRead, int kTiles = 1>
+template <class V, int kWeightRows, int kBatch, int kPerRead, int kTiles = 1, bool kPrefetch = true>
 void dot_rows(const float* w, int64_t spacing, int64_t k, const XRows& x, float* y, int64_t ldy, bool accumulate) {
   // Each whole round's first block starts its chains at zero.
   alignas(64) float sums[kTiles][kWeightRows][kBatch][kStep];
@@ -396,7 +410,7 @@ void dot_rows(const float* w, int64_t spacing, int64_t k, const XRows& x, float*
   for (int64_t begin = 0; begin < whole; begin += block) {
     const int64_t end = std::min(whole, begin + block);
     for (int t = 0; t < kTiles; ++t) {
-      add_rounds_in_groups<V, kWeightRows, kBatch, kPerRead, kBatch * V::kLanes, true>(
+      add_rounds_in_groups<V, kWeightRows, kBatch, kPerRead, kBatch * V::kLanes, kPrefetch>(
           w + t * kWeightRows * ldw, ldw, x.packed, begin, end, &sums[t][0][0][0], kBatch * kStep, plan);
     }
   }
@@ -422,7 +436,9 @@ template <int kBatch>
 void gemv_rows(int64_t begin, int64_t end, int64_t k, const float* w, const XRows& x, float* y, int64_t ldy,
                bool accumulate) {
   int64_t r = begin;
-  if (k > kLongRow || (kBatch <= kRowsPerRead && kBatch * k > kShortRowsInL1)) {
+  constexpr bool kRuns = kBatch == 1;  // see kStreams
+  if ((k > kLongRow && !(kRuns && kLongRowsAsRuns)) ||
+      (!kRuns && kBatch <= kRowsPerRead && kBatch * k > kShortRowsInL1)) {
     constexpr int kTiles = kBatch >= 4 ? kLongRowTiles : 1;
     for (; r + kLongRowTile * kTiles <= end; r += kLongRowTile * kTiles) {
       dot_rows<RowsVec<kBatch>, kLongRowTile, kBatch, kRowsPerLongRead, kTiles>(w + r * k, 1, k, x, y + r, ldy,
@@ -431,11 +447,11 @@ void gemv_rows(int64_t begin, int64_t end, int64_t k, const float* w, const XRow
     for (; r + kLongRowTile <= end; r += kLongRowTile) {
       dot_rows<RowsVec<kBatch>, kLongRowTile, kBatch, kRowsPerLongRead>(w + r * k, 1, k, x, y + r, ldy, accumulate);
     }
-  } else if (kBatch == 1) {
+  } else if (kRuns) {
     // The range in kStreams equal runs, read side by side.
     const int64_t run = (end - r) / kStreams;
     for (int64_t i = 0; i < run; ++i) {
-      dot_rows<RowsVec<1>, kStreams, 1, 1>(w + (r + i) * k, run, k, x, y + r + i, ldy, accumulate);
+      dot_rows<RowsVec<1>, kStreams, 1, 1, 1, kPrefetchRuns>(w + (r + i) * k, run, k, x, y + r + i, ldy, accumulate);
     }
     r += run * kStreams;
   }
