@@ -12,6 +12,12 @@
 //   (bandwidth_probe.h), alternating in 5 rounds. `vs_stream` = the median
 //   over rounds of the weight bytes per second / the faster probe before or
 //   after (target >= 0.9); `vs_stream_min`/`_max` its spread.
+// DecodeAttentionFromMemory/<keys>/<threads>: scaled_dot_product_attention
+//   of a decode step (12 heads of 64, one query row each, a bool mask
+//   showing the first <keys> slots of a cache twice as long), one layer's
+//   cache after another over at least 1 GiB and four times the last-level
+//   cache, vs a streaming read of the bytes shown (keys and values), in 5
+//   rounds as above: `vs_stream`, its spread, and `us_per_layer`.
 // Add, Silu on 16M f32: counter `vs_memcpy` = bandwidth of the op (bytes
 //   read + written) / bandwidth of memcpy of the same bytes (target >= 0.6).
 #include <benchmark/benchmark.h>
@@ -187,6 +193,61 @@ void DecodeLinearFromMemory(benchmark::State& state) {
 // rows, read differently: see gemv.cc).
 BENCHMARK(DecodeLinearFromMemory)
     ->ArgsProduct({{1, 8}, {1, 2}, {8192, 2048, 768}})
+    ->Iterations(1)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+// One decode step's attention: a query row of `heads` heads against `keys`
+// cached positions of 64 floats per head (stories110M's and 7B's head size),
+// a layer at a time over as many layers as make at least 1 GiB and four
+// times the last-level cache, so each layer's cache comes from memory as in
+// a step after the weights streamed through. The mask shows the first
+// `keys` slots of a cache twice as long.
+void DecodeAttentionFromMemory(benchmark::State& state) {
+  const int64_t keys = state.range(0), heads = 12, depth = 64, slots = 2 * keys;
+  const int threads_before = sf::kernel_threads();
+  sf::set_kernel_threads(static_cast<int>(state.range(1)));
+  const int64_t read_per_layer = 2 * heads * keys * depth * 4;  // keys and values
+  const int64_t layers = std::max(int64_t{1} << 30, 4 * sf::bench::llc_bytes()) / read_per_layer + 1;
+  const sf::Tensor q = sf::randn({1, heads, 1, depth}, 1);
+  std::vector<sf::Tensor> cache_keys, cache_values;
+  for (int64_t l = 0; l < layers; ++l) {
+    cache_keys.push_back(sf::randn({1, heads, slots, depth}, 2 + 2 * static_cast<uint64_t>(l)));
+    cache_values.push_back(sf::randn({1, heads, slots, depth}, 3 + 2 * static_cast<uint64_t>(l)));
+  }
+  std::vector<int64_t> visible(static_cast<std::size_t>(slots));
+  for (int64_t s = 0; s < slots; ++s) visible[static_cast<std::size_t>(s)] = s < keys ? 1 : 0;
+  const sf::Tensor mask = sf::Tensor::from_ints(visible, {1, slots}, sf::DType::kBool);
+  const double read_bytes = static_cast<double>(layers * read_per_layer);
+  sf::bench::BandwidthProbe probe;
+  std::vector<double> fractions, rates;
+  for (auto _ : state) {
+    double before = probe.measure(read_bytes);
+    for (int round = 0; round < 5; ++round) {
+      const auto start = std::chrono::steady_clock::now();
+      for (int64_t l = 0; l < layers; ++l) {
+        benchmark::DoNotOptimize(sf::scaled_dot_product_attention(q, cache_keys[static_cast<std::size_t>(l)],
+                                                                  cache_values[static_cast<std::size_t>(l)], mask));
+      }
+      const double rate = read_bytes / std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const double after = probe.measure(read_bytes);
+      rates.push_back(rate);
+      fractions.push_back(rate / std::max(before, after));
+      before = after;
+    }
+  }
+  sf::set_kernel_threads(threads_before);
+  std::sort(fractions.begin(), fractions.end());
+  std::sort(rates.begin(), rates.end());
+  state.counters["GB_s"] = rates[rates.size() / 2] / 1e9;
+  state.counters["vs_stream"] = fractions[fractions.size() / 2];
+  state.counters["vs_stream_min"] = fractions.front();
+  state.counters["vs_stream_max"] = fractions.back();
+  state.counters["us_per_layer"] = read_per_layer / rates[rates.size() / 2] * 1e6;
+  state.SetLabel("KV caches from memory: >= 1 GiB and >= 4x the last-level cache");
+}
+BENCHMARK(DecodeAttentionFromMemory)
+    ->ArgsProduct({{128, 1024}, {1, 2}})
     ->Iterations(1)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);

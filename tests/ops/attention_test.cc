@@ -139,7 +139,7 @@ TEST(AttentionOps, MatchesSoftmaxOfScoresTimesValues) {
 }
 
 // Runs of hidden keys, as a decode step's mask has over the unwritten cache,
-// at every offset against the kernel's eight-key skipping; bool masks and
+// and of shown ones, at offsets across the kernel's eight-key steps; bool masks and
 // float ones (-inf hides, other values shift the scores).
 TEST(AttentionOps, LongRunsOfHiddenKeysMatchTheReference) {
   for (const bool bool_mask : {true, false}) {
@@ -148,6 +148,7 @@ TEST(AttentionOps, LongRunsOfHiddenKeysMatchTheReference) {
     std::vector<int64_t> visible(3 * 70, 0);
     for (int64_t s = 0; s < 13; ++s) visible[static_cast<std::size_t>(s)] = 1;  // a prefix, then nothing
     for (int64_t s : {21, 29, 30, 31, 69}) visible[static_cast<std::size_t>(70 + s)] = 1;
+    for (int64_t s = 35; s < 61; ++s) visible[static_cast<std::size_t>(70 + s)] = 1;  // shown from an odd key on
     visible[2 * 70 + 8] = 1;  // one key right after a run of eight
     sf::DenseTensor mask = from_ints(visible, {3, 70}, sf::DType::kBool);
     if (!bool_mask) {
