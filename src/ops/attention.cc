@@ -156,10 +156,10 @@ Floats8 lane_sums(const Floats8* v) {
 // them beside the keys read slower (AMD EPYC Zen 3, stories110M, one thread).
 constexpr int64_t kKeyBlock = 8;
 
-// Each query row starts two streams, its keys and its values. The next
-// row's first lines are requested before this row is read, so its streams
-// run at full rate from their start: at 900 cached positions stories110M's
-// attention took 6.2-6.3 ms a decode step instead of 6.2-7.0 (Zen 3).
+// Each query row reads two streams, its keys and then its values, each a
+// head's few KiB to few hundred KiB. The next row's first lines are
+// requested before this row is read, so they are on their way when it
+// starts (README, decode kernels, for the numbers).
 constexpr int64_t kNextRowLines = 32;
 
 void prefetch_row(const float* row, int64_t length) {
