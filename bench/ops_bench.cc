@@ -152,26 +152,23 @@ void DecodeRowsInCache(benchmark::State& state) {
 }
 BENCHMARK(DecodeRowsInCache)->ArgsProduct({{1, 2, 4, 8}, {32, 512}, {8192}})->ArgsProduct({{1, 8}, {128, 4096}, {768}});
 
-void DecodeLinearFromMemory(benchmark::State& state) {
-  const int64_t rows = state.range(0);
+// Times `read`, which reads `bytes` from memory, on `threads` kernel
+// threads in 5 rounds, each between two streaming reads of as many bytes;
+// sets GB_s and vs_stream (medians of the rounds' rates, and of each rate
+// over the faster probe beside it) and vs_stream's spread. Returns GB_s.
+template <class Read>
+double rounds_against_stream(benchmark::State& state, double bytes, int threads, Read&& read) {
   const int threads_before = sf::kernel_threads();
-  sf::set_kernel_threads(static_cast<int>(state.range(1)));
-  const int64_t columns = state.range(2);
-  const int64_t weight_rows = std::max(int64_t{1} << 30, 4 * sf::bench::llc_bytes()) / 4 / columns;
-  const int64_t weight_bytes = weight_rows * columns * 4;
-  const sf::Tensor x = sf::randn({rows, columns}, 1);
-  const sf::Tensor w = sf::randn({weight_rows, columns}, 2);
+  sf::set_kernel_threads(threads);
   sf::bench::BandwidthProbe probe;
   std::vector<double> fractions, rates;
   for (auto _ : state) {
-    double before = probe.measure(static_cast<double>(weight_bytes));
+    double before = probe.measure(bytes);
     for (int round = 0; round < 5; ++round) {
       const auto start = std::chrono::steady_clock::now();
-      sf::Tensor out = sf::linear(x, w);
-      benchmark::DoNotOptimize(out);
-      const double rate = static_cast<double>(weight_bytes) /
-                          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      const double after = probe.measure(static_cast<double>(weight_bytes));
+      read();
+      const double rate = bytes / std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const double after = probe.measure(bytes);
       rates.push_back(rate);
       fractions.push_back(rate / std::max(before, after));
       before = after;
@@ -184,6 +181,18 @@ void DecodeLinearFromMemory(benchmark::State& state) {
   state.counters["vs_stream"] = fractions[fractions.size() / 2];
   state.counters["vs_stream_min"] = fractions.front();
   state.counters["vs_stream_max"] = fractions.back();
+  return rates[rates.size() / 2] / 1e9;
+}
+
+void DecodeLinearFromMemory(benchmark::State& state) {
+  const int64_t rows = state.range(0);
+  const int64_t columns = state.range(2);
+  const int64_t weight_rows = std::max(int64_t{1} << 30, 4 * sf::bench::llc_bytes()) / 4 / columns;
+  const int64_t weight_bytes = weight_rows * columns * 4;
+  const sf::Tensor x = sf::randn({rows, columns}, 1);
+  const sf::Tensor w = sf::randn({weight_rows, columns}, 2);
+  rounds_against_stream(state, static_cast<double>(weight_bytes), static_cast<int>(state.range(1)),
+                        [&] { benchmark::DoNotOptimize(sf::linear(x, w)); });
   state.counters["weights_MiB"] = static_cast<double>(weight_bytes) / (1 << 20);
   state.counters["llc_MiB"] = static_cast<double>(sf::bench::llc_bytes()) / (1 << 20);
   state.SetLabel("weights from memory: >= 1 GiB and >= 4x the last-level cache");
@@ -205,8 +214,6 @@ BENCHMARK(DecodeLinearFromMemory)
 // `keys` slots of a cache twice as long.
 void DecodeAttentionFromMemory(benchmark::State& state) {
   const int64_t keys = state.range(0), heads = 12, depth = 64, slots = 2 * keys;
-  const int threads_before = sf::kernel_threads();
-  sf::set_kernel_threads(static_cast<int>(state.range(1)));
   const int64_t read_per_layer = 2 * heads * keys * depth * 4;  // keys and values
   const int64_t layers = std::max(int64_t{1} << 30, 4 * sf::bench::llc_bytes()) / read_per_layer + 1;
   const sf::Tensor q = sf::randn({1, heads, 1, depth}, 1);
@@ -219,31 +226,13 @@ void DecodeAttentionFromMemory(benchmark::State& state) {
   for (int64_t s = 0; s < slots; ++s) visible[static_cast<std::size_t>(s)] = s < keys ? 1 : 0;
   const sf::Tensor mask = sf::Tensor::from_ints(visible, {1, slots}, sf::DType::kBool);
   const double read_bytes = static_cast<double>(layers * read_per_layer);
-  sf::bench::BandwidthProbe probe;
-  std::vector<double> fractions, rates;
-  for (auto _ : state) {
-    double before = probe.measure(read_bytes);
-    for (int round = 0; round < 5; ++round) {
-      const auto start = std::chrono::steady_clock::now();
-      for (int64_t l = 0; l < layers; ++l) {
-        benchmark::DoNotOptimize(sf::scaled_dot_product_attention(q, cache_keys[static_cast<std::size_t>(l)],
-                                                                  cache_values[static_cast<std::size_t>(l)], mask));
-      }
-      const double rate = read_bytes / std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      const double after = probe.measure(read_bytes);
-      rates.push_back(rate);
-      fractions.push_back(rate / std::max(before, after));
-      before = after;
+  const double gb_s = rounds_against_stream(state, read_bytes, static_cast<int>(state.range(1)), [&] {
+    for (int64_t l = 0; l < layers; ++l) {
+      benchmark::DoNotOptimize(sf::scaled_dot_product_attention(q, cache_keys[static_cast<std::size_t>(l)],
+                                                                cache_values[static_cast<std::size_t>(l)], mask));
     }
-  }
-  sf::set_kernel_threads(threads_before);
-  std::sort(fractions.begin(), fractions.end());
-  std::sort(rates.begin(), rates.end());
-  state.counters["GB_s"] = rates[rates.size() / 2] / 1e9;
-  state.counters["vs_stream"] = fractions[fractions.size() / 2];
-  state.counters["vs_stream_min"] = fractions.front();
-  state.counters["vs_stream_max"] = fractions.back();
-  state.counters["us_per_layer"] = read_per_layer / rates[rates.size() / 2] * 1e6;
+  });
+  state.counters["us_per_layer"] = static_cast<double>(read_per_layer) / gb_s * 1e-3;
   state.SetLabel("KV caches from memory: >= 1 GiB and >= 4x the last-level cache");
 }
 BENCHMARK(DecodeAttentionFromMemory)
