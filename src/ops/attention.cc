@@ -201,18 +201,16 @@ void weighted_rows(const float* p, const int64_t* keys, int64_t count, const flo
   for (int v = 0; v < kVectors; ++v) store8(out + offset + v * kLanes, acc[v]);
 }
 
+// Eight bool mask bytes as one word: 0 when all hide their keys, kEightShown when all show them.
+uint64_t eight_bools(const bool* row) {
+  uint64_t eight = 0;
+  std::memcpy(&eight, row, sizeof eight);
+  return eight;
+}
+constexpr uint64_t kEightShown = 0x0101010101010101;
+
 // Whether a mask hides all eight keys from `row` on (false, or -inf).
-bool eight_hidden(const bool* row) {
-  uint64_t eight = 0;
-  std::memcpy(&eight, row, sizeof eight);
-  return eight == 0;
-}
-// Whether a bool mask shows all eight keys from `row` on.
-bool eight_shown(const bool* row) {
-  uint64_t eight = 0;
-  std::memcpy(&eight, row, sizeof eight);
-  return eight == 0x0101010101010101;
-}
+bool eight_hidden(const bool* row) { return eight_bools(row) == 0; }
 bool eight_hidden(const float* row) {
   bool hidden = true;
   for (int i = 0; i < 8; ++i) hidden &= row[i] == -std::numeric_limits<float>::infinity();
@@ -315,7 +313,7 @@ DenseTensor attention_kernel(const OpArgs& args, std::span<const DenseTensor> in
       const bool* bool_row = contiguous && mask->dtype() == DType::kBool ? mask->data_as<bool>() + mask_row : nullptr;
       const float* float_row = contiguous && mask->dtype() == DType::kF32 ? mask->data_as<float>() + mask_row : nullptr;
       for (int64_t key = 0; key < key_end; ++key) {
-        if (bool_row != nullptr && key + 8 <= key_end && eight_shown(bool_row + key)) {
+        if (bool_row != nullptr && key + 8 <= key_end && eight_bools(bool_row + key) == kEightShown) {
           for (int64_t j = 0; j < 8; ++j) seen[static_cast<std::size_t>(count++)] = key + j;
           key += 7;
           continue;
