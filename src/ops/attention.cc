@@ -2,6 +2,8 @@
 //
 //   sdpa f32[B,H,L,E], f32[B,H,S,E], f32[B,H,S,Ev], mask bool[L,S] -> f32[B,H,L,Ev]
 //
+// (bf16 and f16 too: computed in f32, see attention_kernel.)
+//
 // Each query row looks only at the keys its mask lets it see: a key the mask
 // hides (false, or -inf in a float mask) is never read. A decode step with a
 // fixed-size KV cache then reads the cache up to the current position, not
@@ -34,9 +36,15 @@ AttentionShapes attention_shapes(const TensorType& q, const TensorType& k, const
                     "[..., S, Ev]), got {}, {} and {}",
                     kName, q.to_string(), k.to_string(), v.to_string()));
   }
-  if (q.dtype != DType::kF32 || k.dtype != DType::kF32 || v.dtype != DType::kF32) {
-    throw Error(fmt::format("{}: only float32 query, key and value are implemented, got {}, {} and {}", kName,
-                            scalar_type_name(q.dtype), scalar_type_name(k.dtype), scalar_type_name(v.dtype)));
+  if (k.dtype != q.dtype || v.dtype != q.dtype) {
+    throw Error(
+        fmt::format("{}: Expected query, key, and value to have the same dtype, but got query.dtype: {} "
+                    "key.dtype: {} and value.dtype: {} instead.",
+                    kName, scalar_type_name(q.dtype), scalar_type_name(k.dtype), scalar_type_name(v.dtype)));
+  }
+  if (!is_floating(q.dtype)) {
+    throw Error(fmt::format("{}: query, key and value must be float32, bfloat16 or float16, got {}", kName,
+                            scalar_type_name(q.dtype)));
   }
   AttentionShapes s;
   s.batch = Shape(q.shape.begin(), q.shape.end() - 2);
@@ -62,8 +70,9 @@ AttentionShapes attention_shapes(const TensorType& q, const TensorType& k, const
 
 // The mask's dims, right-aligned with [batch..., L, S]; each is 1 or equal.
 void check_mask(const TensorType& mask, const AttentionShapes& s, const TensorType& q) {
-  if (mask.dtype != DType::kBool && mask.dtype != DType::kF32) {
-    throw Error(fmt::format("{}: attn_mask must be bool or float32, got {}", kName, scalar_type_name(mask.dtype)));
+  if (mask.dtype != DType::kBool && mask.dtype != DType::kF32 && mask.dtype != q.dtype) {
+    throw Error(fmt::format("{}: attn_mask must be bool, float32 or the query's dtype ({}), got {}", kName,
+                            scalar_type_name(q.dtype), scalar_type_name(mask.dtype)));
   }
   Shape full = s.batch;
   full.push_back(s.queries);
@@ -256,7 +265,7 @@ void weighted_sum(const float* p, const int64_t* keys, int64_t count, const floa
   }
 }
 
-DenseTensor attention_kernel(const OpArgs& args, std::span<const DenseTensor> in) {
+DenseTensor attention_f32(const OpArgs& args, std::span<const DenseTensor> in) {
   const std::vector<TensorType> types = types_of(in);
   const AttentionShapes s = checked_shapes(args, types);
   const int mask_index = args.tensor("attn_mask");
@@ -414,6 +423,19 @@ OpShardingRule attention_rule(const OpArgs& args, std::span<const TensorType> in
   builder.add_factor(dims(rank - 1, rank - 1, -1, -1), {-1}, in[0].shape.back(), FactorKind::kNeedReplication);
   builder.add_factor(dims(-1, -1, rank - 1, -1), {rank - 1}, in[2].shape.back());
   return builder.build();
+}
+
+// bf16 and f16 attend in f32 (scores, softmax and sums), rounded to the
+// query's dtype once at the end, as PyTorch's CPU kernels accumulate in
+// float. Every input is converted whole first, hidden keys included.
+DenseTensor attention_kernel(const OpArgs& args, std::span<const DenseTensor> in) {
+  const DType dtype = in[0].dtype();
+  if (dtype == DType::kF32) return attention_f32(args, in);
+  std::vector<DenseTensor> widened(in.begin(), in.end());
+  for (DenseTensor& t : widened) {
+    if (t.dtype() == dtype) t = cast(t, DType::kF32);
+  }
+  return cast(attention_f32(args, widened), dtype);
 }
 
 }  // namespace

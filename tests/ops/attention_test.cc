@@ -138,6 +138,41 @@ TEST(AttentionOps, MatchesSoftmaxOfScoresTimesValues) {
   }
 }
 
+sf::DenseTensor converted(const sf::DenseTensor& t, sf::DType dtype) {
+  return call("aten::to.dtype", {t, dtype});
+}
+
+// bf16 and f16 attend in f32 and round once: the bits of the f32 op on the
+// same (widened) values, rounded; and close to the double reference.
+TEST(AttentionOps, SixteenBitInputsAttendInFloat32AndRoundOnce) {
+  const std::vector<Case> cases = {
+      {{2, 3}, 4, 7, 8, 5, {}, true, false, std::nullopt},
+      {{2, 2}, 3, 6, 12, 4, {2, 1, 3, 6}, false, false, 0.5},     // a mask of the query's dtype
+      {{1}, 6, 6, 20, 3, {}, true, true, std::nullopt},           // causal
+      {{3}, 1, 40, 64, 64, {1, 40}, true, false, std::nullopt},   // a decode step
+  };
+  std::mt19937 rng(5);
+  for (const sf::DType dtype : {sf::DType::kBF16, sf::DType::kF16}) {
+    for (const Case& c : cases) {
+      const auto q = random_tensor(dtype, with(c.batch, c.queries, c.depth), rng);
+      const auto k = random_tensor(dtype, with(c.batch, c.keys, c.depth), rng);
+      const auto v = random_tensor(dtype, with(c.batch, c.keys, c.value_depth), rng);
+      std::optional<sf::DenseTensor> mask;
+      if (!c.mask_shape.empty()) mask = random_tensor(c.bool_mask ? sf::DType::kBool : dtype, c.mask_shape, rng);
+      const sf::DenseTensor* m = mask ? &*mask : nullptr;
+      const sf::DenseTensor out = call("aten::scaled_dot_product_attention", arguments(c, q, k, v, m));
+      ASSERT_EQ(out.dtype(), dtype);
+      EXPECT_TRUE(all_close(to_doubles(out), reference(c, q, k, v, m), 1e-2, 1e-2));
+      std::optional<sf::DenseTensor> wide_mask;
+      if (m != nullptr) wide_mask = c.bool_mask ? *m : converted(*m, sf::DType::kF32);
+      const auto wide = [](const sf::DenseTensor& t) { return converted(t, sf::DType::kF32); };
+      const sf::DenseTensor in_f32 = call("aten::scaled_dot_product_attention",
+                                          arguments(c, wide(q), wide(k), wide(v), wide_mask ? &*wide_mask : nullptr));
+      EXPECT_EQ(to_doubles(out), to_doubles(converted(in_f32, dtype))) << sf::scalar_type_name(dtype);
+    }
+  }
+}
+
 // Runs of hidden keys, as a decode step's mask has over the unwritten cache,
 // and of shown ones, at offsets across the kernel's eight-key steps; bool masks and
 // float ones (-inf hides, other values shift the scores).
@@ -253,7 +288,10 @@ TEST(AttentionOps, BadArgumentsAreClearErrors) {
       // Grouped heads: the option is named, not the batch dims it would allow.
       {{f({1, 4, 5, 4}), f({1, 2, 5, 4}), f({1, 2, 5, 4}), none, 0.0, false, kw("enable_gqa", true)},
        "enable_gqa=True is not implemented"},
-      {{from_ints({1, 2}, {1, 2}), f({1, 2}), f({1, 2})}, "only float32"},
+      {{from_ints({1, 2}, {1, 2}), f({1, 2}), f({1, 2})}, "Expected query, key, and value to have the same dtype"},
+      {{from_ints({1, 2}, {1, 2}), from_ints({1, 2}, {1, 2}), from_ints({1, 2}, {1, 2})},
+       "must be float32, bfloat16 or float16, got Long"},
+      {{f({2, 3, 4}), f({2, 5, 4}), f({2, 5, 4}), from_ints({1}, {1})}, "attn_mask must be bool, float32 or the"},
   };
   for (const Row& row : rows) {
     try {

@@ -316,6 +316,50 @@ def test_metas_complex_rotary_is_lowered_to_real_ops(spmd, table):
         torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5)
 
 
+class SixteenBitAttention(nn.Module):
+    """Meta's attention in a 16-bit model: the rotary in complex64 (x.float()
+    in, type_as(x) out), F.scaled_dot_product_attention in the model's dtype."""
+
+    def __init__(self, dim: int = 32, heads: int = 4):
+        super().__init__()
+        self.heads = heads
+        self.wq, self.wk, self.wv, self.wo = (nn.Linear(dim, dim, bias=False) for _ in range(4))
+
+    def forward(self, x, freqs_cis, mask, scale):
+        b, s, d = x.shape
+        q, k, v = (w(x).view(b, s, self.heads, d // self.heads) for w in (self.wq, self.wk, self.wv))
+        q, k = apply_rotary_emb(q, k, freqs_cis[:s])
+        # A complex64 value times a real tensor of the model's dtype.
+        k = torch.view_as_real(torch.view_as_complex(k.float().reshape(b, s, self.heads, -1, 2)) * scale).flatten(3)
+        q, k, v = q.transpose(1, 2), k.to(x.dtype).transpose(1, 2), v.transpose(1, 2)
+        causal = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        masked = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.wo((causal + masked).transpose(1, 2).reshape(b, s, d))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("devices", [1, 2])
+def test_sixteen_bit_attention_and_rotary_equal_eager(spmd, devices, dtype):
+    spmd(devices)
+    torch.manual_seed(7)
+    block = SixteenBitAttention().eval().to(dtype)
+    mesh = xs.Mesh(np.arange(devices), (devices,), ("model",))
+    for weight in (block.wq.weight, block.wk.weight, block.wv.weight):
+        xs.mark_sharding(weight, mesh, ("model", None))
+    xs.mark_sharding(block.wo.weight, mesh, (None, "model"))
+    x = torch.randn(2, 6, 32, dtype=dtype)
+    freqs = precompute_freqs_cis(8, 16)
+    for mask in (torch.rand(6, 6) > 0.3, torch.randn(1, 4, 6, 6, dtype=dtype)):
+        scale = torch.rand(6, 1, 4, dtype=dtype) + 0.5
+        with torch.no_grad():
+            expected = block(x, freqs, mask, scale)
+            got = compiled(block)(x, freqs, mask, scale)
+        assert got.dtype == dtype
+        # PyTorch's 16-bit CPU attention rounds its probabilities to the
+        # dtype before the product with v; shardflow keeps them in float.
+        torch.testing.assert_close(got, expected, rtol=2e-2, atol=2e-2 * expected.abs().max().item())
+
+
 # Complex moves and arithmetic, each f(c, table, real) -> a value of c's
 # shape (negative dims count from the complex value's end, which the
 # lowering's pairs dim must not shift).

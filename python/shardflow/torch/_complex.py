@@ -138,7 +138,7 @@ def _polar(lowering: "Lowering", node: torch.fx.Node) -> Interleaved:
 
 
 def _product(lowering: "Lowering", node: torch.fx.Node, x: Any, y: Any) -> Interleaved:
-    from ._lowering import LoweringError, source_line
+    from ._lowering import DTYPES, LoweringError, _tensor_type, source_line
 
     shape = node.meta["val"].shape
     a, b = (lowering.values.get(v, v) if isinstance(v, torch.fx.Node) else v for v in (x, y))
@@ -149,10 +149,10 @@ def _product(lowering: "Lowering", node: torch.fx.Node, x: Any, y: Any) -> Inter
                             f"(at {source_line(node)}); multiply by a complex tensor instead")
     if isinstance(b, (int, float)):  # complex times a real number
         return Interleaved(lowering.emit_op(node, "aten::mul.Scalar", [a.ref, b], type_text=pairs_type(shape)))
-    if not isinstance(b, Interleaved):  # complex times a real tensor: each part times it
+    if not isinstance(b, Interleaved):  # complex times a real tensor (of any real dtype): each part times it
         real = y.meta["val"]
-        column = lowering.emit_op(node, "aten::unsqueeze", [b, -1], type_text=f32_type((*real.shape, 1)),
-                                  hint="column")
+        column = lowering.emit_op(node, "aten::unsqueeze", [b, -1],
+                                  type_text=_tensor_type(DTYPES[real.dtype], (*real.shape, 1)), hint="column")
         return Interleaved(lowering.emit_op(node, "aten::mul.Tensor", [a.ref, column], type_text=pairs_type(shape)))
     if x.meta["val"].numel() < y.meta["val"].numel():  # b: the smaller, the table a rotary broadcasts
         (a, x), (b, y) = (b, y), (a, x)
