@@ -148,6 +148,29 @@ def test_an_op_shardflow_lacks_is_an_error_naming_op_schema_and_line(spmd):
             compiled(f)(torch.randn(4, 4))
 
 
+def test_an_error_on_a_lowered_node_names_the_users_line(spmd, monkeypatch):
+    """shardflow's own checks of the IR (types, shapes, shardings) name the
+    line of the user's code that made the failing node, not only the IR's."""
+    from shardflow.torch import _lowering
+
+    spmd(2)
+
+    def wrong_type(lowering, node):  # as a lowering with a bug would: a type the op does not infer
+        return lowering.emit_op(node, "aten::pow.Tensor_Scalar", [lowering.values[node.args[0]], -1.0],
+                                type_text="f32[1]", hint="wrong")
+
+    monkeypatch.setitem(_lowering.REWRITES, torch.ops.aten.reciprocal.default, wrong_type)
+
+    def f(x):
+        y = torch.sin(x)
+        return torch.reciprocal(y) + 1
+
+    with pytest.raises(sf.Error, match=r"at line \d+: .*declared f32\[1\].* \(lowering aten.reciprocal.default at "
+                                       r".*test_torch_frontend.py.*torch.reciprocal\(y\) \+ 1\)"):
+        with torch.no_grad():
+            compiled(f)(torch.randn(3))
+
+
 def test_the_same_mesh_reuses_the_graph_and_another_spec_recompiles(spmd):
     spmd(4)
     specs = [(0, 1)]

@@ -145,11 +145,17 @@ class CompiledGraph:
     def _compile(self, layouts: list[sf.Sharding | None]) -> Prepared:
         lowering = _lowering.lower(self.gm, layouts, self.name)
         _dump(self.name, lowering.ir)
-        graph = sf.Graph.parse(lowering.ir)
         constant_inputs = [_state.to_shardflow(c) for c in lowering.constants]
         donate = [m.input_index for m in lowering.mutations if m.state_output is not None]
         draws_random = lowering.random_draws > 0
-        executable = sf.Executable(graph, layouts + [None] * (len(constant_inputs) + draws_random))
+        try:
+            graph = sf.Graph.parse(lowering.ir)
+            executable = sf.Executable(graph, layouts + [None] * (len(constant_inputs) + draws_random))
+        except sf.Error as error:
+            located = lowering.located(error)
+            if located is error:
+                raise
+            raise located from None
         return Prepared(lowering.ir, executable, constant_inputs, lowering.num_user_outputs, lowering.mutations,
                         donate, [message for _, message in lowering.assertions], draws_random)
 

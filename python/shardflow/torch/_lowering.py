@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import operator
 import pathlib
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -124,6 +125,7 @@ class _Line:
     text: str
     uses: frozenset[str]  # the values it reads
     droppable: bool  # a reshape: dropped when nothing reads its result
+    node: torch.fx.Node | None  # the FX node it lowers (for errors naming the user's line)
 
 
 def _names_in(value: Any) -> list[str]:
@@ -146,6 +148,7 @@ class Emitter:
     counter: int = 0
     types: dict[str, str] = field(default_factory=dict)  # value name -> IR type
     reshaped_from: dict[str, Ref] = field(default_factory=dict)  # reshape result -> the value it reshapes
+    lowering_node: torch.fx.Node | None = None  # the FX node whose lines are being emitted
 
     def fresh(self, hint: str) -> Ref:
         self.counter += 1
@@ -167,14 +170,15 @@ class Emitter:
         results = result if isinstance(result, list) else [result]
         names = tuple(r.name for r in results)
         self.lines.append(_Line(names, f"  {', '.join(names)} = {op}({', '.join(parts)}) : {type_text}",
-                                frozenset(_names_in(args) + _names_in(list(kwargs.values()))), bool(reshape)))
+                                frozenset(_names_in(args) + _names_in(list(kwargs.values()))), bool(reshape),
+                                self.lowering_node))
         if isinstance(result, Ref):
             self.types[result.name] = type_text
             if reshape:
                 self.reshaped_from[result.name] = args[0]
         return result
 
-    def text(self, returned: list[Ref]) -> list[str]:
+    def text(self, returned: list[Ref]) -> list[_Line]:
         """The lines, less the reshapes nothing reads (`returned`: the function's results)."""
         read = {r.name for r in returned}
         kept = []
@@ -182,7 +186,7 @@ class Emitter:
             if line.droppable and not read.intersection(line.names):
                 continue
             read |= line.uses
-            kept.append(line.text)
+            kept.append(line)
         return kept[::-1]
 
 
@@ -209,6 +213,7 @@ class Lowering:
     # raises when false (checked by the caller after the run).
     assertions: list[tuple[Ref, str]] = field(default_factory=list)
     ir: str = ""  # the IR text, once run
+    line_nodes: list[torch.fx.Node | None] = field(default_factory=list)  # the FX node of each line of `ir`
     # (index node, dim size) -> its positions wrapped into [0, size): every
     # layer's cache write at the same input_pos shares one.
     wrapped_positions: dict[tuple[torch.fx.Node, int], Ref] = field(default_factory=dict)
@@ -251,6 +256,7 @@ class Lowering:
                 self.constants.append(value)
         self.emit.declare(SEED, SEED_TYPE)
         for node in self.gm.graph.nodes:
+            self.emit.lowering_node = node
             if node.op == "call_function":
                 self.values[node] = self._call(node)
             elif node.op == "output":
@@ -266,7 +272,19 @@ class Lowering:
             params.append(f"{SEED.name}: {SEED_TYPE}")  # the last input, after the constants
         header = (f"func @{name}({', '.join(params)}) -> ({', '.join(t for _, t in outputs)}) {{")
         footer = f"  return {', '.join(r.name for r, _ in outputs)}\n}}\n"
-        return "\n".join([header, *self.emit.text([r for r, _ in outputs]), footer])
+        body = self.emit.text([r for r, _ in outputs])
+        self.line_nodes = [None, *(line.node for line in body), None]
+        return "\n".join([header, *(line.text for line in body), footer])
+
+    def located(self, error: sf.Error) -> sf.Error:
+        """An error shardflow raised on the IR text ("... at line N: ..."),
+        with the user's source line of the FX node that line lowers."""
+        found = re.search(r"at line (\d+)", str(error))
+        line = int(found.group(1)) if found else 0
+        node = self.line_nodes[line - 1] if 0 < line <= len(self.line_nodes) else None
+        if node is None or node.op != "call_function":
+            return error
+        return LoweringError(f"{error} (lowering {node.target} at {source_line(node)})")
 
     def seed(self, node: torch.fx.Node) -> Ref:
         """The seed of one random op: the call's seed plus the op's number,
