@@ -42,6 +42,10 @@ DenseTensor cast(const DenseTensor& input, DType dtype) {
       using Out = decltype(out_tag);
       const In* src = input.data_as<In>();
       Out* dst = out.data_as<Out>();
+      if constexpr (std::is_same_v<Out, float> && (std::is_same_v<In, BFloat16> || std::is_same_v<In, Float16>)) {
+        to_floats(src, input.numel(), dst);
+        return;
+      }
       for (int64_t i = 0; i < input.numel(); ++i) {
         const auto value = load(src[i]);
         if constexpr (std::is_same_v<Out, bool>) {

@@ -2,6 +2,10 @@
 
 #include <cmath>
 
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
 namespace shardflow {
 
 std::string_view dtype_name(DType dtype) {
@@ -91,18 +95,19 @@ DType promote_types(DType a, DType b) {
   return DType::kF32;
 }
 
-float to_float(Float16 value) {
-  const uint32_t sign = static_cast<uint32_t>(value.bits & 0x8000) << 16;
-  const uint32_t exponent = (value.bits >> 10) & 0x1F;
-  const uint32_t mantissa = value.bits & 0x3FF;
-  if (exponent == 0x1F) {  // inf or NaN
-    return std::bit_cast<float>(sign | 0x7F800000 | (mantissa << 13));
+void to_floats(const BFloat16* src, int64_t n, float* dst) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = to_float(src[i]);
+}
+
+void to_floats(const Float16* src, int64_t n, float* dst) {
+  int64_t i = 0;
+#if defined(__F16C__)
+  for (; i + 8 <= n; i += 8) {
+    const __m128i halves = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(halves));
   }
-  if (exponent == 0) {  // zero or subnormal: mantissa * 2^-24
-    const float magnitude = std::ldexp(static_cast<float>(mantissa), -24);
-    return sign ? -magnitude : magnitude;
-  }
-  return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
+#endif
+  for (; i < n; ++i) dst[i] = to_float(src[i]);
 }
 
 Float16 to_float16(float value) {

@@ -46,8 +46,27 @@ inline BFloat16 to_bfloat16(float value) {
   const uint32_t rounding = 0x7FFF + ((bits >> 16) & 1);                                      // to nearest even
   return {static_cast<uint16_t>((bits + rounding) >> 16)};
 }
-float to_float(Float16 value);
+inline float to_float(Float16 value) {
+  const uint32_t sign = static_cast<uint32_t>(value.bits & 0x8000) << 16;
+  const uint32_t exponent = (value.bits >> 10) & 0x1F;
+  const uint32_t mantissa = value.bits & 0x3FF;
+  if (exponent == 0x1F) {  // inf, or NaN made quiet (as F16C's conversion does)
+    const uint32_t quiet = mantissa != 0 ? 0x00400000 : 0;
+    return std::bit_cast<float>(sign | 0x7F800000 | quiet | (mantissa << 13));
+  }
+  if (exponent == 0) {  // zero or subnormal: mantissa * 2^-24 (exact)
+    const float magnitude = static_cast<float>(mantissa) * 0x1p-24f;
+    return sign ? -magnitude : magnitude;
+  }
+  return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
+}
 Float16 to_float16(float value);
+
+// Widens n 16-bit floats into dst, exactly (to_float's values, eight at a
+// time by F16C where the build has it): the bulk form for casts and for
+// weights read wide.
+void to_floats(const BFloat16* src, int64_t n, float* dst);
+void to_floats(const Float16* src, int64_t n, float* dst);
 
 // Calls f(T{}) with the C++ type that stores `dtype`: float, BFloat16,
 // Float16, int64_t, int32_t or bool.
