@@ -357,7 +357,9 @@ DenseTensor linear_kernel(const DenseTensor& input, const DenseTensor& weight, c
   const GemmShape product{numel(leading(input.shape(), 1)), out_features, in_features, false, true};
   const DType compute = is_floating(result.dtype) ? DType::kF32 : result.dtype;
   const DenseTensor x = cast(input, compute);
-  const DenseTensor w = cast(weight, compute);
+  // 16-bit weights are read as stored (see gemm_f32), not converted per call.
+  const bool sixteen_bit_weight = compute == DType::kF32 && weight.dtype() != DType::kF32;
+  const DenseTensor w = sixteen_bit_weight ? weight : cast(weight, compute);
   DenseTensor out = DenseTensor::empty(compute, result.shape);
   visit_dtype(compute, [&](auto tag) {
     using T = decltype(tag);
@@ -373,6 +375,16 @@ DenseTensor linear_kernel(const DenseTensor& input, const DenseTensor& weight, c
           for (int64_t i = 0; i < n; ++i) row_start[i] = source[i * inner[0]];
           row_start += n;
         });
+      }
+      if constexpr (std::is_same_v<T, float>) {
+        if (w.dtype() == DType::kBF16) {
+          gemm_f32(product, x.data_as<float>(), w.data_as<BFloat16>(), y, bias != nullptr);
+          return;
+        }
+        if (w.dtype() == DType::kF16) {
+          gemm_f32(product, x.data_as<float>(), w.data_as<Float16>(), y, bias != nullptr);
+          return;
+        }
       }
       gemm(product, x.data_as<T>(), w.data_as<T>(), y, bias != nullptr);
     }

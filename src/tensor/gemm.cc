@@ -11,6 +11,7 @@
 #include <string>
 
 #include "gemv.h"
+#include "shardflow/tensor/dense_tensor.h"
 #include "shardflow/tensor/parallel.h"
 
 // libgomp's, which oneDNN runs on; declared here so that no OpenMP flags are
@@ -174,6 +175,30 @@ void gemm_f32(const GemmShape& s, const float* a, const float* b, float* c, bool
             c + row * s.n + column, s.n, accumulate);
     }
   });
+}
+
+namespace {
+
+template <class W>
+void gemm_f32_widening(const GemmShape& s, const float* a, const W* b, float* c, bool accumulate) {
+  if (!s.transpose_a && s.transpose_b && s.m > 0 && s.m <= detail::kMaxGemvRows && s.n > 0 && s.k > 0) {
+    detail::gemv_f32(s.m, s.n, s.k, b, a, c, accumulate);
+    return;
+  }
+  DenseTensor wide = DenseTensor::empty(DType::kF32, {s.n * s.k});
+  float* to = wide.data_as<float>();
+  to_floats(b, s.n * s.k, to);
+  gemm_f32(s, a, to, c, accumulate);
+}
+
+}  // namespace
+
+void gemm_f32(const GemmShape& shape, const float* a, const BFloat16* b, float* c, bool accumulate) {
+  gemm_f32_widening(shape, a, b, c, accumulate);
+}
+
+void gemm_f32(const GemmShape& shape, const float* a, const Float16* b, float* c, bool accumulate) {
+  gemm_f32_widening(shape, a, b, c, accumulate);
 }
 
 void set_kernel_threads(int threads) { thread_count().store(std::max(threads, 1), std::memory_order_relaxed); }

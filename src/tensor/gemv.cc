@@ -1,6 +1,7 @@
 #include "gemv.h"
 
 #include <algorithm>
+#include <cmath>
 #include <type_traits>
 
 #include "shardflow/tensor/dense_tensor.h"
@@ -24,6 +25,20 @@ struct Vec {
   using T = __m256;
   static constexpr int64_t kLanes = 8;
   static T load(const float* p) { return _mm256_loadu_ps(p); }
+  // 16-bit weights, widened exactly: a bf16 is the high half of a float.
+  static T load(const BFloat16* p) {
+    const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+  }
+  static T load(const Float16* p) {
+#if defined(__F16C__)
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+#else
+    alignas(32) float wide[kLanes];
+    for (int64_t i = 0; i < kLanes; ++i) wide[i] = to_float(p[i]);
+    return _mm256_load_ps(wide);
+#endif
+  }
   static void store(float* p, T v) { _mm256_storeu_ps(p, v); }
   static T broadcast(float x) { return _mm256_set1_ps(x); }
   static T zero() { return _mm256_setzero_ps(); }
@@ -40,6 +55,8 @@ struct Vec {
   using T = float;
   static constexpr int64_t kLanes = 1;
   static T load(const float* p) { return *p; }
+  static T load(const BFloat16* p) { return to_float(*p); }
+  static T load(const Float16* p) { return to_float(*p); }
   static void store(float* p, T v) { *p = v; }
   static T broadcast(float x) { return x; }
   static T zero() { return 0.0f; }
@@ -48,6 +65,11 @@ struct Vec {
   static float sum(T v) { return v; }
 };
 #endif
+
+// A weight element as a float (exact).
+inline float widen(float value) { return value; }
+inline float widen(BFloat16 value) { return to_float(value); }
+inline float widen(Float16 value) { return to_float(value); }
 
 // Below this many matrix elements per thread, waking a helper costs more
 // than it saves.
@@ -180,6 +202,15 @@ struct PairVec {
   using T = __m512;
   static constexpr int64_t kLanes = 16;
   static T load(const float* p) { return _mm512_loadu_ps(p); }
+  // The zero-masked forms: GCC 12 falsely warns that the plain ones'
+  // undefined pass-through register may be read uninitialized.
+  static constexpr __mmask16 kAllLanes = 0xFFFF;
+  static T load(const BFloat16* p) {
+    const __m512i wide = _mm512_maskz_cvtepu16_epi32(kAllLanes, load_halves(p));
+    return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAllLanes, wide, 16));
+  }
+  static T load(const Float16* p) { return _mm512_maskz_cvtph_ps(kAllLanes, load_halves(p)); }
+  static __m256i load_halves(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
   static T zero() { return _mm512_setzero_ps(); }
   static void store(float* p, T v) { _mm512_storeu_ps(p, v); }
   static T fma(T a, T b, T c) { return _mm512_fmadd_ps(a, b, c); }
@@ -243,10 +274,10 @@ struct PrefetchPlan {
 
 // Prefetches, into L2, the lines `plan` puts after the round at i of each
 // of kWeightRows weight rows (ldw apart).
-template <int kWeightRows>
-void prefetch_round(const float* w, int64_t ldw, int64_t i, const PrefetchPlan& plan) {
-  constexpr int64_t kLine = 64 / sizeof(float);
-  const float* ahead = w + plan.offset(i);
+template <int kWeightRows, class W>
+void prefetch_round(const W* w, int64_t ldw, int64_t i, const PrefetchPlan& plan) {
+  constexpr int64_t kLine = 64 / sizeof(W);
+  const W* ahead = w + plan.offset(i);
 #pragma GCC unroll 4
   for (int r = 0; r < kWeightRows; ++r) {
 #pragma GCC unroll 4
@@ -260,8 +291,8 @@ void prefetch_round(const float* w, int64_t ldw, int64_t i, const PrefetchPlan& 
 // sums holds each output's kChains chains side by side (kStep floats;
 // outputs of one weight row sums_ld apart), so a V register holds
 // consecutive chains.
-template <class V, int kWeightRows, int kBatch, int64_t kXStride, bool kPrefetch>
-void add_rounds(const float* w, int64_t ldw, const float* xp, int64_t begin, int64_t end, float* sums, int64_t sums_ld,
+template <class V, int kWeightRows, int kBatch, int64_t kXStride, bool kPrefetch, class W>
+void add_rounds(const W* w, int64_t ldw, const float* xp, int64_t begin, int64_t end, float* sums, int64_t sums_ld,
                 const PrefetchPlan& plan) {
   constexpr int kRegs = static_cast<int>(kStep / V::kLanes);
   typename V::T acc[kWeightRows][kBatch][kRegs];
@@ -307,8 +338,8 @@ void add_rounds(const float* w, int64_t ldw, const float* xp, int64_t begin, int
 // once (kWeightRows + kBatch loads for kWeightRows * kBatch FMAs), where a
 // core does fewer loads per second than FMAs. Each chain still adds its
 // vectors in order: the same bits.
-template <class V, int kWeightRows, int kBatch, int64_t kXStride, bool kPrefetch>
-void add_rounds_by_register(const float* w, int64_t ldw, const float* xp, int64_t begin, int64_t end, float* sums,
+template <class V, int kWeightRows, int kBatch, int64_t kXStride, bool kPrefetch, class W>
+void add_rounds_by_register(const W* w, int64_t ldw, const float* xp, int64_t begin, int64_t end, float* sums,
                             int64_t sums_ld, const PrefetchPlan& plan) {
   constexpr int kRegs = static_cast<int>(kStep / V::kLanes);
   for (int c = 0; c < kRegs; ++c) {
@@ -345,8 +376,8 @@ void add_rounds_by_register(const float* w, int64_t ldw, const float* xp, int64_
 
 // add_rounds for kBatch rows of x, kPerRead at a time; only the first
 // group prefetches, the others find the weight block in L1.
-template <class V, int kWeightRows, int kBatch, int kPerRead, int64_t kXStride, bool kPrefetch>
-void add_rounds_in_groups(const float* w, int64_t ldw, const float* xp, int64_t begin, int64_t end, float* sums,
+template <class V, int kWeightRows, int kBatch, int kPerRead, int64_t kXStride, bool kPrefetch, class W>
+void add_rounds_in_groups(const W* w, int64_t ldw, const float* xp, int64_t begin, int64_t end, float* sums,
                           int64_t sums_ld, const PrefetchPlan& plan) {
   constexpr int kFirst = kBatch < kPerRead ? kBatch : kPerRead;
   // All of a round's vectors at once while their accumulators fit the
@@ -378,7 +409,8 @@ struct XRows {
 // chains in order, then the chains add pairwise, the lanes, and the scalar
 // tail. The same order for any tile, so a row of x gets the same bits
 // alone or in a batch, from any weight row of a tile.
-[[gnu::always_inline]] inline float finish_dot(const float* chains, const float* w, const float* x, int64_t whole,
+template <class W>
+[[gnu::always_inline]] inline float finish_dot(const float* chains, const W* w, const float* x, int64_t whole,
                                                int64_t k) {
   Vec::T acc[kChains];
   for (int c = 0; c < kChains; ++c) acc[c] = Vec::load(chains + c * Vec::kLanes);
@@ -388,7 +420,9 @@ struct XRows {
   }
   static_assert(kChains == 4, "the sum below adds four chains pairwise");
   float sum = Vec::sum(Vec::add(Vec::add(acc[0], acc[1]), Vec::add(acc[2], acc[3])));
-  for (; i < k; ++i) sum += w[i] * x[i];
+  // Fused, as compilers contract `sum += w[i] * x[i]` for float weights:
+  // spelled out so that widened 16-bit weights get those bits too.
+  for (; i < k; ++i) sum = std::fma(widen(w[i]), x[i], sum);
   return sum;
 }
 
@@ -397,8 +431,8 @@ struct XRows {
 // kPerRead rows of x at a time with registers of V.
 // kTiles tiles of adjacent weight rows (spacing 1) take turns block by
 // block (see kLongRowTiles).
-template <class V, int kWeightRows, int kBatch, int kPerRead, int kTiles = 1, bool kPrefetch = true>
-void dot_rows(const float* w, int64_t spacing, int64_t k, const XRows& x, float* y, int64_t ldy, bool accumulate) {
+template <class V, int kWeightRows, int kBatch, int kPerRead, int kTiles = 1, bool kPrefetch = true, class W>
+void dot_rows(const W* w, int64_t spacing, int64_t k, const XRows& x, float* y, int64_t ldy, bool accumulate) {
   // Each whole round's first block starts its chains at zero.
   alignas(64) float sums[kTiles][kWeightRows][kBatch][kStep];
   const int64_t ldw = spacing * k;
@@ -432,8 +466,8 @@ template <int kBatch>
 using RowsVec = std::conditional_t<kBatch == 1, Vec, PairVec>;
 
 // Rows [begin, end) of y = x B^T for kBatch rows of x.
-template <int kBatch>
-void gemv_rows(int64_t begin, int64_t end, int64_t k, const float* w, const XRows& x, float* y, int64_t ldy,
+template <int kBatch, class W>
+void gemv_rows(int64_t begin, int64_t end, int64_t k, const W* w, const XRows& x, float* y, int64_t ldy,
                bool accumulate) {
   int64_t r = begin;
   constexpr bool kRuns = kBatch == 1;  // see kStreams
@@ -506,7 +540,9 @@ const float* pack_rows(const float* x, int64_t k, DenseTensor& buffer) {
 
 }  // namespace
 
-void gemv_f32(int64_t m, int64_t n, int64_t k, const float* b, const float* x, float* y, bool accumulate) {
+// gemv_f32 for weights of float, BFloat16 or Float16 (widened as loaded).
+template <class W>
+void gemv_any(int64_t m, int64_t n, int64_t k, const W* b, const float* x, float* y, bool accumulate) {
   const int64_t min_rows = std::max<int64_t>(8, kMinElementsPerPart / std::max<int64_t>(k, 1));
   // The first rows of x: one template per count, so each keeps its
   // accumulators in registers.
@@ -548,6 +584,18 @@ void gemv_f32(int64_t m, int64_t n, int64_t k, const float* b, const float* x, f
     }
     done += rows;
   }
+}
+
+void gemv_f32(int64_t m, int64_t n, int64_t k, const float* b, const float* x, float* y, bool accumulate) {
+  gemv_any(m, n, k, b, x, y, accumulate);
+}
+
+void gemv_f32(int64_t m, int64_t n, int64_t k, const BFloat16* b, const float* x, float* y, bool accumulate) {
+  gemv_any(m, n, k, b, x, y, accumulate);
+}
+
+void gemv_f32(int64_t m, int64_t n, int64_t k, const Float16* b, const float* x, float* y, bool accumulate) {
+  gemv_any(m, n, k, b, x, y, accumulate);
 }
 
 void gemv_transposed_f32(int64_t n, int64_t k, const float* b, const float* x, float* y, bool accumulate) {

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "shardflow/tensor/dtype.h"
+
 namespace shardflow::detail {
 
 // The most rows of x that one pass over B serves.
@@ -15,6 +17,10 @@ constexpr int64_t kMaxGemvRows = 8;
 // B is read once per kMaxGemvRows rows of x, and each row of y gets the same
 // bits as when its row of x is multiplied alone.
 void gemv_f32(int64_t m, int64_t n, int64_t k, const float* b, const float* x, float* y, bool accumulate);
+// The same with B of 16-bit floats, widened as it is read: the bits of
+// gemv_f32 on B converted to float, reading half the bytes.
+void gemv_f32(int64_t m, int64_t n, int64_t k, const BFloat16* b, const float* x, float* y, bool accumulate);
+void gemv_f32(int64_t m, int64_t n, int64_t k, const Float16* b, const float* x, float* y, bool accumulate);
 
 // y[n] = B^T x (+ y when accumulate), B stored k x n row-major.
 void gemv_transposed_f32(int64_t n, int64_t k, const float* b, const float* x, float* y, bool accumulate);

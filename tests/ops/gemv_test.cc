@@ -157,6 +157,43 @@ TEST(Gemv, EachRowOfABatchGetsTheBitsItGetsAlone) {
   }
 }
 
+// 16-bit weights (bf16, f16) are read as stored and widened in registers:
+// every path (one row from far-apart runs, long rows side by side, batches
+// of x, scalar tails; GEMM beyond 8 rows) gives the bits of the float
+// kernels on the same weights converted to float, on any thread count.
+template <class W>
+void expect_bits_of_widened_weights(W (*narrow)(float)) {
+  for (const int threads : {1, 3}) {
+    const KernelThreads scope(threads);
+    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{2053, 300}, {517, 291}, {300, 5}, {37, 2048},
+                               {23, 2333}, {1030, 2500}}) {
+      const auto values = random_floats(n * k, 31);
+      std::vector<W> b(values.size());
+      std::vector<float> widened(values.size());
+      for (std::size_t i = 0; i < values.size(); ++i) {
+        b[i] = narrow(values[i]);
+        widened[i] = sf::to_float(b[i]);
+      }
+      for (const int64_t m : {1, 2, 5, 8, 9}) {
+        const auto a = random_floats(m * k, 40 + static_cast<uint32_t>(m));
+        const auto c_in = random_floats(m * n, 50 + static_cast<uint32_t>(m));
+        for (const bool accumulate : {false, true}) {
+          std::vector<float> got = c_in, want = c_in;
+          sf::gemm_f32({m, n, k, false, true}, a.data(), b.data(), got.data(), accumulate);
+          sf::gemm_f32({m, n, k, false, true}, a.data(), widened.data(), want.data(), accumulate);
+          EXPECT_EQ(got, want) << "m " << m << " n " << n << " k " << k << ", " << threads << " threads"
+                               << (accumulate ? ", accumulating" : "");
+        }
+      }
+    }
+  }
+}
+
+TEST(Gemv, SixteenBitWeightsGiveTheBitsOfTheirFloatValues) {
+  expect_bits_of_widened_weights<sf::BFloat16>(sf::to_bfloat16);
+  expect_bits_of_widened_weights<sf::Float16>(sf::to_float16);
+}
+
 // Long weight rows are read several side by side (short ones too where
 // the rows of x they meet at once pass 32 KiB; against four or more rows of
 // x, four such tiles take turns), short ones against one row of x from

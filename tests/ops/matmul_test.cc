@@ -187,7 +187,7 @@ std::vector<double> reference_linear(const sf::DenseTensor& x, const sf::DenseTe
 TEST(MatmulOps, LinearMatchesReference) {
   std::mt19937 rng(23);
   for (const LinearRow& row : kLinearRows) {
-    for (sf::DType dtype : {sf::DType::kF32, sf::DType::kBF16, sf::DType::kI64, sf::DType::kI32}) {
+    for (sf::DType dtype : {sf::DType::kF32, sf::DType::kBF16, sf::DType::kF16, sf::DType::kI64, sf::DType::kI32}) {
       const auto x = operand(dtype, row.input, rng);
       const auto w = operand(dtype, row.weight, rng);
       const std::string what = sf::shape_to_string(row.input) + " " + sf::shape_to_string(row.weight) +
@@ -208,6 +208,38 @@ TEST(MatmulOps, LinearMatchesReference) {
       EXPECT_EQ(y.dtype(), dtype) << what;
       EXPECT_EQ(y.shape(), shape) << what;
       EXPECT_TRUE(all_close(to_doubles(y), expected, tolerance(dtype), tolerance(dtype))) << what;
+    }
+  }
+}
+
+// A 16-bit linear computes in float and rounds once: the bits of the float
+// op on the same values, rounded. Its weight is read as stored (decode rows)
+// or converted (more rows), never rounded on the way.
+TEST(MatmulOps, SixteenBitLinearHasTheBitsOfFloat32RoundedOnce) {
+  std::mt19937 rng(24);
+  const LinearRow rows[] = {
+      {{1, 768}, {300, 768}, sf::Shape{300}},  // a decode step
+      {{1, 5, 37}, {17, 37}, std::nullopt},    // five rows, a scalar tail
+      {{8, 40}, {20, 40}, sf::Shape{20}},
+      {{9, 40}, {20, 40}, std::nullopt},       // past the matrix-vector kernels
+      {{3}, {2053, 3}, std::nullopt},
+  };
+  const auto to = [](const sf::DenseTensor& t, sf::DType dtype) { return call("aten::to.dtype", {t, dtype}); };
+  for (const sf::DType dtype : {sf::DType::kBF16, sf::DType::kF16}) {
+    for (const LinearRow& row : rows) {
+      const auto x = random_tensor(dtype, row.input, rng);
+      const auto w = random_tensor(dtype, row.weight, rng);
+      std::vector<TestArg> narrow{x, w}, wide{to(x, sf::DType::kF32), to(w, sf::DType::kF32)};
+      if (row.bias) {
+        const auto b = random_tensor(dtype, *row.bias, rng);
+        narrow.push_back(b);
+        wide.push_back(to(b, sf::DType::kF32));
+      }
+      const sf::DenseTensor y = call("aten::linear", narrow);
+      EXPECT_EQ(y.dtype(), dtype);
+      EXPECT_EQ(to_doubles(y), to_doubles(to(call("aten::linear", wide), dtype)))
+          << sf::shape_to_string(row.input) << " x " << sf::shape_to_string(row.weight) << " "
+          << sf::dtype_name(dtype);
     }
   }
 }

@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <string>
 
+#include "shardflow/tensor/dtype.h"
+
 namespace shardflow {
 
 struct GemmShape {
@@ -22,6 +24,13 @@ struct GemmShape {
 // c[m x n] = a · b (+ c when accumulate). Leading dims are the row lengths of
 // the stored matrices.
 void gemm_f32(const GemmShape& shape, const float* a, const float* b, float* c, bool accumulate = false);
+
+// The same with b of 16-bit floats (a 16-bit model's weights): computed in
+// float, with gemm_f32's bits on b converted to float. The few rows of a
+// decode step read b as it is stored, widened in registers (half the bytes
+// of float weights); other shapes convert b to float first.
+void gemm_f32(const GemmShape& shape, const float* a, const BFloat16* b, float* c, bool accumulate = false);
+void gemm_f32(const GemmShape& shape, const float* a, const Float16* b, float* c, bool accumulate = false);
 
 // The threads one kernel call may use, our own pool's: GEMMs are cut into
 // fixed blocks of single-threaded oneDNN calls shared out over them, and
