@@ -1,10 +1,12 @@
 #include "gemv.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <type_traits>
 
 #include "shardflow/tensor/dense_tensor.h"
+#include "shardflow/tensor/gemm.h"
 #include "shardflow/tensor/parallel.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -142,23 +144,49 @@ constexpr int64_t kShortRowsInL1 = 8192;
 // 25-38, four 20-22 and 30-43; stories110M decode 66 -> 79-84 tokens/s.
 // With several rows of x, short rows are read one at a time, each part one
 // sequential stream.
-// AVX2 builds read three runs, long rows (one row of x) too, and do not
-// prefetch them: the cores' own prefetchers follow three sequential
-// streams best. AMD EPYC family 25 model 1 (Zen 3), one thread, 1 GiB of
+// AVX2 builds, and AVX-512 ones on AMD, read three runs, long rows (one
+// row of x) too, and do not prefetch them: the cores' own prefetchers
+// follow three sequential streams best. AMD EPYC family 25 model 1 (Zen 3), one thread, 1 GiB of
 // weights, medians of 11-15 passes each against a plain loop reading three
 // streams in the same run (the fastest read loop there: two read 0.8-0.9
 // of it, four less): 768, 2048 and 8192 columns 0.91, 0.91 and 0.95 this
 // way, 0.67, 0.70 and 0.70 with two runs prefetched 16 KiB ahead (long
 // rows as pairs of adjacent rows).
-#if defined(__AVX512F__)
-constexpr int kStreams = 4;
-constexpr bool kPrefetchRuns = true;
-constexpr bool kLongRowsAsRuns = false;
-#else
+// AVX-512 builds choose at run time, by vendor, since both kinds of cores
+// have AVX-512: on Intel Xeon family 6 model 207 four runs prefetched
+// (below) measured best; three were not tried there. AMD EPYC family 25
+// model 17 (Zen 4), one row of x against 1 GiB, one run each against the
+// same probe, 8192, 2048 and 768 columns, 1 thread: 0.78, 0.68, 0.69 with
+// four prefetched runs (long rows in tiles), 0.85, 0.83, 0.95 with three
+// unprefetched (long rows as runs); 2 threads 0.94, 0.92, 0.91 and 0.97,
+// 0.99, 0.96.
 constexpr int kStreams = 3;
-constexpr bool kPrefetchRuns = false;
-constexpr bool kLongRowsAsRuns = true;
+constexpr int kPrefetchedStreams = 4;
+
+// Whether one row of x reads kPrefetchedStreams prefetched runs and long
+// rows in tiles (Intel cores with AVX-512), not kStreams runs without
+// prefetching, long rows included.
+std::atomic<SingleRowReading>& single_row_reading() {
+  static std::atomic<SingleRowReading> reading{SingleRowReading::kByCpu};
+  return reading;
+}
+
+bool reads_prefetched_runs() {
+  switch (single_row_reading().load(std::memory_order_relaxed)) {
+    case SingleRowReading::kThreeRuns:
+      return false;
+    case SingleRowReading::kFourPrefetchedRuns:
+      return true;
+    case SingleRowReading::kByCpu:
+      break;
+  }
+#if defined(__AVX512F__)
+  static const bool intel = __builtin_cpu_is("intel");
+  return intel;
+#else
+  return false;
 #endif
+}
 
 // How far ahead of the FMAs each weight row is prefetched, in floats (4 or
 // 16 KiB; past the matrix's end is harmless, a prefetch never faults), into L2.
@@ -181,7 +209,8 @@ constexpr bool kLongRowsAsRuns = true;
 // there (3 alternating rounds, against 0.67-0.73 for two at 4096). Three
 // streams without prefetching did better still (see kStreams): AVX2 builds
 // read one row of x that way, and prefetch 4096 ahead for several;
-// AVX-512 ones keep what their machines measured.
+// AVX-512 ones keep what the Xeon measured (Zen 4 reads one row of x
+// without prefetching, as Zen 3).
 #if defined(__AVX512F__)
 constexpr int64_t kPrefetchAhead = 1024;
 #else
@@ -465,13 +494,26 @@ void dot_rows(const W* w, int64_t spacing, int64_t k, const XRows& x, float* y, 
 template <int kBatch>
 using RowsVec = std::conditional_t<kBatch == 1, Vec, PairVec>;
 
+// One row of x against rows [begin, end) in kRunCount equal runs, a row of
+// each read side by side; returns the first row left over.
+template <int kRunCount, bool kPrefetch, class W>
+int64_t read_runs(int64_t begin, int64_t end, int64_t k, const W* w, const XRows& x, float* y, int64_t ldy,
+                  bool accumulate) {
+  const int64_t run = (end - begin) / kRunCount;
+  for (int64_t i = 0; i < run; ++i) {
+    dot_rows<Vec, kRunCount, 1, 1, 1, kPrefetch>(w + (begin + i) * k, run, k, x, y + begin + i, ldy, accumulate);
+  }
+  return begin + run * kRunCount;
+}
+
 // Rows [begin, end) of y = x B^T for kBatch rows of x.
 template <int kBatch, class W>
 void gemv_rows(int64_t begin, int64_t end, int64_t k, const W* w, const XRows& x, float* y, int64_t ldy,
                bool accumulate) {
   int64_t r = begin;
   constexpr bool kRuns = kBatch == 1;  // see kStreams
-  if ((k > kLongRow && !(kRuns && kLongRowsAsRuns)) ||
+  const bool prefetched_runs = kRuns && reads_prefetched_runs();
+  if ((k > kLongRow && (!kRuns || prefetched_runs)) ||
       (!kRuns && kBatch <= kRowsPerRead && kBatch * k > kShortRowsInL1)) {
     constexpr int kTiles = kBatch >= 4 ? kLongRowTiles : 1;
     for (; r + kLongRowTile * kTiles <= end; r += kLongRowTile * kTiles) {
@@ -481,13 +523,10 @@ void gemv_rows(int64_t begin, int64_t end, int64_t k, const W* w, const XRows& x
     for (; r + kLongRowTile <= end; r += kLongRowTile) {
       dot_rows<RowsVec<kBatch>, kLongRowTile, kBatch, kRowsPerLongRead>(w + r * k, 1, k, x, y + r, ldy, accumulate);
     }
+  } else if (prefetched_runs) {
+    r = read_runs<kPrefetchedStreams, true>(r, end, k, w, x, y, ldy, accumulate);
   } else if (kRuns) {
-    // The range in kStreams equal runs, read side by side.
-    const int64_t run = (end - r) / kStreams;
-    for (int64_t i = 0; i < run; ++i) {
-      dot_rows<RowsVec<1>, kStreams, 1, 1, 1, kPrefetchRuns>(w + (r + i) * k, run, k, x, y + r + i, ldy, accumulate);
-    }
-    r += run * kStreams;
+    r = read_runs<kStreams, false>(r, end, k, w, x, y, ldy, accumulate);
   }
   for (; r < end; ++r) {
     dot_rows<RowsVec<kBatch>, 1, kBatch, kRowsPerRead>(w + r * k, 1, k, x, y + r, ldy, accumulate);
@@ -605,3 +644,11 @@ void gemv_transposed_f32(int64_t n, int64_t k, const float* b, const float* x, f
 }
 
 }  // namespace shardflow::detail
+
+namespace shardflow {
+
+void set_single_row_reading(SingleRowReading reading) {
+  detail::single_row_reading().store(reading, std::memory_order_relaxed);
+}
+
+}  // namespace shardflow

@@ -223,6 +223,37 @@ TEST(Gemv, EachWeightRowGetsTheSameBitsWhereverItFallsInATile) {
   }
 }
 
+// One row of x reads three unprefetched runs (AMD, AVX2) or four
+// prefetched runs with long rows in tiles (Intel with AVX-512): the same
+// bits either way, so a model gives the same tokens on both kinds of CPU.
+TEST(Gemv, SingleRowsGetTheSameBitsReadEitherWay) {
+  struct Reading {
+    explicit Reading(sf::SingleRowReading r) { sf::set_single_row_reading(r); }
+    ~Reading() { sf::set_single_row_reading(sf::SingleRowReading::kByCpu); }
+  };
+  for (const int threads : {1, 2}) {
+    const KernelThreads use(threads);
+    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{37, 300}, {64, 768}, {11, 2048}, {23, 4099}, {5, 9000}}) {
+      const auto b = random_floats(n * k, 40);
+      const auto a = random_floats(k, 41);
+      const std::vector<float> c_in(static_cast<std::size_t>(n), 0.0f);
+      std::vector<float> three, four;
+      {
+        const Reading r(sf::SingleRowReading::kThreeRuns);
+        three = run({1, n, k, true, false}, a, b, c_in);
+      }
+      {
+        const Reading r(sf::SingleRowReading::kFourPrefetchedRuns);
+        four = run({1, n, k, true, false}, a, b, c_in);
+      }
+      for (int64_t j = 0; j < n; ++j) {
+        ASSERT_EQ(three[static_cast<std::size_t>(j)], four[static_cast<std::size_t>(j)])
+            << "weight row " << j << " of " << n << ", k " << k << ", " << threads << " thread(s)";
+      }
+    }
+  }
+}
+
 // Threads that multiply at the same time share one pool: whoever finds it
 // busy computes on its own thread, and every result is right.
 TEST(Gemv, ConcurrentCallersGetTheirOwnResults) {

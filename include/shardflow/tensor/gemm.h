@@ -56,6 +56,14 @@ class ScopedKernelThreads {
   int previous_;
 };
 
+// How a decode step's one row of activations reads the weights: as three
+// far-apart runs the core's own prefetchers follow, or as four runs
+// prefetched ahead in software, long rows in tiles. kByCpu (the default)
+// takes what measured fastest on the CPU's kind (README: "Decode kernels"):
+// four on Intel with AVX-512, three elsewhere. Both give the same bits.
+enum class SingleRowReading { kByCpu, kThreeRuns, kFourPrefetchedRuns };
+void set_single_row_reading(SingleRowReading reading);
+
 // How many kernel calls so far were split over more than one thread.
 int64_t parallel_kernel_calls();
 
