@@ -37,7 +37,7 @@ struct Vec {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 #else
     alignas(32) float wide[kLanes];
-    for (int64_t i = 0; i < kLanes; ++i) wide[i] = to_float(p[i]);
+    to_floats(p, kLanes, wide);
     return _mm256_load_ps(wide);
 #endif
   }
@@ -67,11 +67,6 @@ struct Vec {
   static float sum(T v) { return v; }
 };
 #endif
-
-// A weight element as a float (exact).
-inline float widen(float value) { return value; }
-inline float widen(BFloat16 value) { return to_float(value); }
-inline float widen(Float16 value) { return to_float(value); }
 
 // Below this many matrix elements per thread, waking a helper costs more
 // than it saves.
@@ -450,8 +445,9 @@ template <class W>
   static_assert(kChains == 4, "the sum below adds four chains pairwise");
   float sum = Vec::sum(Vec::add(Vec::add(acc[0], acc[1]), Vec::add(acc[2], acc[3])));
   // Fused, as compilers contract `sum += w[i] * x[i]` for float weights:
-  // spelled out so that widened 16-bit weights get those bits too.
-  for (; i < k; ++i) sum = std::fma(widen(w[i]), x[i], sum);
+  // spelled out so that widened 16-bit weights get those bits too (load:
+  // dtype.h's, the weight as a float).
+  for (; i < k; ++i) sum = std::fma(shardflow::load(w[i]), x[i], sum);
   return sum;
 }
 
