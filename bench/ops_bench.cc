@@ -6,9 +6,9 @@
 // DecodeLinear: aten::linear of one row (a decode step) against weights of
 //   37-98 MB, the size of LLaMA output heads, vs cblas_sgemv on the same operands;
 //   `vs_cblas` as above, `GB_s` the weight bytes streamed per second.
-// DecodeLinearFromMemory/<rows>/<threads>: aten::linear of 1-8 rows against
-//   a weight of 8192 columns and at least 1 GiB and four times the last-level
-//   cache (so it streams from memory), vs a streaming read of as many bytes
+// DecodeLinearFromMemory/<rows>/<threads>/<columns>: aten::linear of 1, 2,
+//   4 or 8 rows against a weight of that many columns, at least 1 GiB and
+//   four times the last-level cache (so it streams from memory), vs a streaming read of as many bytes
 //   (bandwidth_probe.h), alternating in 5 rounds. `vs_stream` = the median
 //   over rounds of the weight bytes per second / the faster probe before or
 //   after (target >= 0.9); `vs_stream_min`/`_max` its spread.
@@ -197,11 +197,12 @@ void DecodeLinearFromMemory(benchmark::State& state) {
   state.counters["llc_MiB"] = static_cast<double>(sf::bench::llc_bytes()) / (1 << 20);
   state.SetLabel("weights from memory: >= 1 GiB and >= 4x the last-level cache");
 }
-// Columns: a 7B-shaped w2's 11008 rounded to 8192, stories110M's w2 (2048,
-// the longest rows read as short ones) and its other matrices' 768 (short
-// rows, read differently: see gemv.cc).
+// Rows of x: 1, 2, 4 and 8 (each path of gemv.cc). Columns: a 7B-shaped
+// w2's 11008 rounded to 8192, stories110M's w2 (2048: the longest rows one
+// row of x reads as short ones) and its other matrices' 768 (short rows,
+// read differently: see gemv.cc).
 BENCHMARK(DecodeLinearFromMemory)
-    ->ArgsProduct({{1, 8}, {1, 2}, {8192, 2048, 768}})
+    ->ArgsProduct({{1, 2, 4, 8}, {1, 2}, {8192, 2048, 768}})
     ->Iterations(1)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);

@@ -132,13 +132,31 @@ constexpr int kMaxAccumulators = 12;  // of 16: kStreams rows' chains below
 // 768 columns (24 KiB of x) reading one weight row at a time stays ahead
 // (0.59-0.62 against 0.53-0.59).
 constexpr int64_t kShortRowsInL1 = 8192;
+// With several rows of x and 512-bit registers (four rows of x sharing a
+// weight load), rows of kLongRow floats are read as long rows too. AMD
+// EPYC family 25 model 17 (Zen 4), one thread, 1 GiB of weights of 2048
+// columns, medians of 5 rounds against a streaming read: 2 rows of x
+// 0.59-0.64 one weight row at a time, 0.75 as long rows; 4 rows 0.31-0.37
+// and 0.63.
+#if defined(__AVX512F__)
+constexpr int64_t kLongRowOfSeveral = kLongRow;
+constexpr int kMostRowsInRuns = 2;
+#else
+constexpr int64_t kLongRowOfSeveral = kLongRow + 1;
+constexpr int kMostRowsInRuns = 1;
+#endif
 // Short rows against one row of x are read from kStreams far-apart runs of
 // a part at once, a row of each side by side: some cores fetch more with
 // several sequential streams in flight. AMD EPYC Zen 2, 32000 x 768 from
 // memory, 1 and 2 threads: one stream 16-17 and 24-32 GB/s, two 19-21 and
 // 25-38, four 20-22 and 30-43; stories110M decode 66 -> 79-84 tokens/s.
 // With several rows of x, short rows are read one at a time, each part one
-// sequential stream.
+// sequential stream, except that two rows of x read runs as one does where
+// it reads them unprefetched with 512-bit registers: AMD EPYC family 25
+// model 17 (Zen 4), 1 GiB of weights of 768 columns, medians of 5 rounds
+// against a streaming read, 1 and 2 threads: 0.64-0.65 and 0.87 a row at
+// a time, 0.79-0.90 and 0.93 in runs (long rows stay long: 2048 and 8192
+// columns, one thread, 0.73-0.77 against 0.65-0.67 in runs).
 // AVX2 builds, and AVX-512 ones on AMD, read three runs, long rows (one
 // row of x) too, and do not prefetch them: the cores' own prefetchers
 // follow three sequential streams best. AMD EPYC family 25 model 1 (Zen 3), one thread, 1 GiB of
@@ -203,14 +221,21 @@ bool reads_prefetched_runs() {
 // Four streams at 4096 and 8192 floats ahead read 0.41-0.47 and 0.35-0.45
 // there (3 alternating rounds, against 0.67-0.73 for two at 4096). Three
 // streams without prefetching did better still (see kStreams): AVX2 builds
-// read one row of x that way, and prefetch 4096 ahead for several;
-// AVX-512 ones keep what the Xeon measured (Zen 4 reads one row of x
-// without prefetching, as Zen 3).
+// read one row of x that way, and prefetch 4096 ahead for several.
+// AVX-512 builds choose by vendor: Intel keeps what the Xeon measured;
+// AMD EPYC family 25 model 17 (Zen 4) reads one row of x as Zen 3 does
+// and wants several 4096 ahead too (one thread, 1 GiB of weights, medians
+// of 5 rounds against a streaming read: 4 rows of 768 columns 0.58 at
+// 1024 floats ahead, 0.78 at 4096, 0.79 at 16384, 0.34 at 256; 8 rows
+// 0.40, 0.49, 0.50, 0.25).
+int64_t prefetch_ahead() {
 #if defined(__AVX512F__)
-constexpr int64_t kPrefetchAhead = 1024;
+  static const int64_t ahead = __builtin_cpu_is("intel") ? 1024 : 4096;
+  return ahead;
 #else
-constexpr int64_t kPrefetchAhead = 4096;
+  return 4096;
 #endif
+}
 
 // The floats one round of the chains covers: one vector for each.
 constexpr int64_t kStep = kChains * Vec::kLanes;
@@ -243,6 +268,24 @@ struct PairVec {
 using PairVec = Vec;
 #endif
 
+// Keeps a loaded vector in a register for the several FMAs that share it
+// (kShared of them). GCC otherwise folds the load into each FMA as a memory
+// operand, so a weight vector shared by eight rows of x was loaded eight
+// times and the loads, not the FMAs, bounded several rows of x. AMD EPYC
+// family 25 model 17 (Zen 4), one thread, 8192 columns in L2 and L3 (512
+// KiB, 8 MiB): 4 rows of x 23 and 27 -> 29 and 35 GB/s, 8 rows 12.5 and 15
+// -> 15 and 19.
+template <int kShared, class T>
+[[gnu::always_inline]] inline void keep_in_register(T& v) {
+  if constexpr (kShared > 1) {
+#if defined(__AVX512F__)
+    asm("" : "+v"(v));
+#elif defined(__x86_64__)
+    asm("" : "+x"(v));
+#endif
+  }
+}
+
 // Several rows of x against a weight row are summed over blocks of this
 // many floats of k in turn: each group of rows of x reads the block's
 // weight rows again from L1 (rows of 8192 floats otherwise came from L2,
@@ -272,23 +315,23 @@ constexpr int kLongRowTiles = 1;
 #endif
 constexpr int64_t kTiledBlock = 128;
 
-// Where the weight rows read kPrefetchAhead floats after the current round
+// Where the weight rows read prefetch_ahead() floats after the current round
 // lie. Inside the row while that is short of its end; past it, in the row
 // read next: the following row in memory when each tile row is a run of
 // rows of its own (one row, or far-apart runs), and the same row of the
 // next tile when the tile's rows are adjacent (the rows after them in
 // memory belong to the tile itself), at most a row ahead there. Before, a
 // tile of adjacent rows prefetched its own next row there, so each tile
-// started on demand misses; with short rows (k <= kPrefetchAhead) nearly
+// started on demand misses; with short rows (k <= prefetch_ahead()) nearly
 // every prefetch of such a tile fell inside it.
 struct PrefetchPlan {
   int64_t ahead;    // floats
   int64_t row_end;  // k
   int64_t spill;    // added once the target passes the row's end
 
-  PrefetchPlan(int64_t k, int64_t spacing, int weight_rows) : ahead(kPrefetchAhead), row_end(k), spill(0) {
+  PrefetchPlan(int64_t k, int64_t spacing, int weight_rows) : ahead(prefetch_ahead()), row_end(k), spill(0) {
     if (spacing == 1 && weight_rows > 1) {
-      ahead = std::min(kPrefetchAhead, k);
+      ahead = std::min(ahead, k);
       spill = (weight_rows - 1) * k;
     }
   }
@@ -337,10 +380,14 @@ void add_rounds(const W* w, int64_t ldw, const float* xp, int64_t begin, int64_t
     for (int c = 0; c < kRegs; ++c) {
       typename V::T xv[kBatch];
 #pragma GCC unroll 8
-      for (int b = 0; b < kBatch; ++b) xv[b] = V::load(round_x + c * kXStride + b * V::kLanes);
+      for (int b = 0; b < kBatch; ++b) {
+        xv[b] = V::load(round_x + c * kXStride + b * V::kLanes);
+        keep_in_register<kWeightRows>(xv[b]);
+      }
 #pragma GCC unroll 4
       for (int r = 0; r < kWeightRows; ++r) {
-        const typename V::T wv = V::load(w + r * ldw + i + c * V::kLanes);
+        typename V::T wv = V::load(w + r * ldw + i + c * V::kLanes);
+        keep_in_register<kBatch>(wv);
 #pragma GCC unroll 8
         for (int b = 0; b < kBatch; ++b) acc[r][b][c] = V::fma(wv, xv[b], acc[r][b][c]);
       }
@@ -381,9 +428,15 @@ void add_rounds_by_register(const W* w, int64_t ldw, const float* xp, int64_t be
       typename V::T xv[kBatch];
       typename V::T wv[kWeightRows];
 #pragma GCC unroll 8
-      for (int b = 0; b < kBatch; ++b) xv[b] = V::load(round_x + b * V::kLanes);
+      for (int b = 0; b < kBatch; ++b) {
+        xv[b] = V::load(round_x + b * V::kLanes);
+        keep_in_register<kWeightRows>(xv[b]);
+      }
 #pragma GCC unroll 4
-      for (int r = 0; r < kWeightRows; ++r) wv[r] = V::load(w + r * ldw + i + c * V::kLanes);
+      for (int r = 0; r < kWeightRows; ++r) {
+        wv[r] = V::load(w + r * ldw + i + c * V::kLanes);
+        keep_in_register<kBatch>(wv[r]);
+      }
 #pragma GCC unroll 4
       for (int r = 0; r < kWeightRows; ++r) {
 #pragma GCC unroll 8
@@ -490,14 +543,15 @@ void dot_rows(const W* w, int64_t spacing, int64_t k, const XRows& x, float* y, 
 template <int kBatch>
 using RowsVec = std::conditional_t<kBatch == 1, Vec, PairVec>;
 
-// One row of x against rows [begin, end) in kRunCount equal runs, a row of
-// each read side by side; returns the first row left over.
-template <int kRunCount, bool kPrefetch, class W>
+// kBatch rows of x against rows [begin, end) in kRunCount equal runs, a
+// row of each read side by side; returns the first row left over.
+template <int kRunCount, bool kPrefetch, int kBatch = 1, class W>
 int64_t read_runs(int64_t begin, int64_t end, int64_t k, const W* w, const XRows& x, float* y, int64_t ldy,
                   bool accumulate) {
   const int64_t run = (end - begin) / kRunCount;
   for (int64_t i = 0; i < run; ++i) {
-    dot_rows<Vec, kRunCount, 1, 1, 1, kPrefetch>(w + (begin + i) * k, run, k, x, y + begin + i, ldy, accumulate);
+    dot_rows<RowsVec<kBatch>, kRunCount, kBatch, kBatch, 1, kPrefetch>(w + (begin + i) * k, run, k, x, y + begin + i,
+                                                                       ldy, accumulate);
   }
   return begin + run * kRunCount;
 }
@@ -507,10 +561,12 @@ template <int kBatch, class W>
 void gemv_rows(int64_t begin, int64_t end, int64_t k, const W* w, const XRows& x, float* y, int64_t ldy,
                bool accumulate) {
   int64_t r = begin;
-  constexpr bool kRuns = kBatch == 1;  // see kStreams
-  const bool prefetched_runs = kRuns && reads_prefetched_runs();
-  if ((k > kLongRow && (!kRuns || prefetched_runs)) ||
-      (!kRuns && kBatch <= kRowsPerRead && kBatch * k > kShortRowsInL1)) {
+  // Short rows in runs (see kStreams): prefetched for one row of x on
+  // Intel, unprefetched for one (two with AVX-512) elsewhere.
+  const bool prefetched_runs = kBatch == 1 && reads_prefetched_runs();
+  const bool unprefetched_runs = kBatch <= kMostRowsInRuns && !reads_prefetched_runs();
+  if (kBatch == 1 ? prefetched_runs && k > kLongRow
+                  : k >= kLongRowOfSeveral || (kBatch <= kRowsPerRead && kBatch * k > kShortRowsInL1)) {
     constexpr int kTiles = kBatch >= 4 ? kLongRowTiles : 1;
     for (; r + kLongRowTile * kTiles <= end; r += kLongRowTile * kTiles) {
       dot_rows<RowsVec<kBatch>, kLongRowTile, kBatch, kRowsPerLongRead, kTiles>(w + r * k, 1, k, x, y + r, ldy,
@@ -521,8 +577,8 @@ void gemv_rows(int64_t begin, int64_t end, int64_t k, const W* w, const XRows& x
     }
   } else if (prefetched_runs) {
     r = read_runs<kPrefetchedStreams, true>(r, end, k, w, x, y, ldy, accumulate);
-  } else if (kRuns) {
-    r = read_runs<kStreams, false>(r, end, k, w, x, y, ldy, accumulate);
+  } else if (unprefetched_runs) {
+    r = read_runs<kStreams, false, kBatch>(r, end, k, w, x, y, ldy, accumulate);
   }
   for (; r < end; ++r) {
     dot_rows<RowsVec<kBatch>, 1, kBatch, kRowsPerRead>(w + r * k, 1, k, x, y + r, ldy, accumulate);

@@ -132,10 +132,11 @@ TEST(Gemv, SmallProductsStayOnTheCallingThread) {
 TEST(Gemv, EachRowOfABatchGetsTheBitsItGetsAlone) {
   for (const int threads : {1, 3}) {
     const KernelThreads scope(threads);
-    // k = 5: only the scalar tail; k = 2048: the longest rows read one at a
-    // time (two blocks where the rows of x come in groups: AVX2; with
-    // AVX-512, from 5 rows of x on, past 32 KiB, read side by side as long
-    // rows are); k = 2333:
+    // k = 291, 311: two rows of x read far-apart runs of weight rows
+    // (AVX-512 on AMD), more one weight row at a time; k = 5: only the
+    // scalar tail; k = 2048: the longest rows read one at a time with AVX2
+    // (two blocks where the rows of x come in groups), side by side as long
+    // rows are with AVX-512; k = 2333:
     // weight rows read side by side (three blocks and a tail where the rows
     // of x come in groups: beyond 4 with AVX-512).
     for (const auto& [n, k] :
@@ -196,9 +197,9 @@ TEST(Gemv, SixteenBitWeightsGiveTheBitsOfTheirFloatValues) {
 
 // Long weight rows are read several side by side (short ones too where
 // the rows of x they meet at once pass 32 KiB; against four or more rows of
-// x, four such tiles take turns), short ones against one row of x from
-// several far-apart runs at once, and the rows left over one at a time: a
-// row gets the same bits wherever it falls.
+// x, four such tiles take turns), short ones against one row of x (two
+// with AVX-512 on AMD) from several far-apart runs at once, and the rows
+// left over one at a time: a row gets the same bits wherever it falls.
 TEST(Gemv, EachWeightRowGetsTheSameBitsWhereverItFallsInATile) {
   const KernelThreads one(1);
   for (const auto& [n, k, m] : {std::tuple<int64_t, int64_t, int64_t>{11, 4099, 1}, {11, 4099, 3}, {11, 4099, 8},
@@ -224,8 +225,9 @@ TEST(Gemv, EachWeightRowGetsTheSameBitsWhereverItFallsInATile) {
 }
 
 // One row of x reads three unprefetched runs (AMD, AVX2) or four
-// prefetched runs with long rows in tiles (Intel with AVX-512): the same
-// bits either way, so a model gives the same tokens on both kinds of CPU.
+// prefetched runs with long rows in tiles (Intel with AVX-512), two rows
+// three runs (AMD with AVX-512) or a weight row at a time: the same bits
+// either way, so a model gives the same tokens on both kinds of CPU.
 TEST(Gemv, SingleRowsGetTheSameBitsReadEitherWay) {
   struct Reading {
     explicit Reading(sf::SingleRowReading r) { sf::set_single_row_reading(r); }
@@ -235,20 +237,22 @@ TEST(Gemv, SingleRowsGetTheSameBitsReadEitherWay) {
     const KernelThreads use(threads);
     for (const auto& [n, k] : {std::pair<int64_t, int64_t>{37, 300}, {64, 768}, {11, 2048}, {23, 4099}, {5, 9000}}) {
       const auto b = random_floats(n * k, 40);
-      const auto a = random_floats(k, 41);
-      const std::vector<float> c_in(static_cast<std::size_t>(n), 0.0f);
-      std::vector<float> three, four;
-      {
-        const Reading r(sf::SingleRowReading::kThreeRuns);
-        three = run({1, n, k, true, false}, a, b, c_in);
-      }
-      {
-        const Reading r(sf::SingleRowReading::kFourPrefetchedRuns);
-        four = run({1, n, k, true, false}, a, b, c_in);
-      }
-      for (int64_t j = 0; j < n; ++j) {
-        ASSERT_EQ(three[static_cast<std::size_t>(j)], four[static_cast<std::size_t>(j)])
-            << "weight row " << j << " of " << n << ", k " << k << ", " << threads << " thread(s)";
+      for (const int64_t m : {1, 2}) {
+        const auto a = random_floats(m * k, 41);
+        const std::vector<float> c_in(static_cast<std::size_t>(m * n), 0.0f);
+        std::vector<float> three, four;
+        {
+          const Reading r(sf::SingleRowReading::kThreeRuns);
+          three = run({m, n, k, true, false}, a, b, c_in);
+        }
+        {
+          const Reading r(sf::SingleRowReading::kFourPrefetchedRuns);
+          four = run({m, n, k, true, false}, a, b, c_in);
+        }
+        for (int64_t j = 0; j < m * n; ++j) {
+          ASSERT_EQ(three[static_cast<std::size_t>(j)], four[static_cast<std::size_t>(j)])
+              << "output " << j << " of " << m << " x " << n << ", k " << k << ", " << threads << " thread(s)";
+        }
       }
     }
   }

@@ -60,7 +60,9 @@ class ScopedKernelThreads {
 // far-apart runs the core's own prefetchers follow, or as four runs
 // prefetched ahead in software, long rows in tiles. kByCpu (the default)
 // takes what measured fastest on the CPU's kind (README: "Decode kernels"):
-// four on Intel with AVX-512, three elsewhere. Both give the same bits.
+// four on Intel with AVX-512, three elsewhere. With three, AVX-512 builds
+// read short rows against two rows of activations in three runs too; with
+// four, a weight row at a time. Every way gives the same bits.
 enum class SingleRowReading { kByCpu, kThreeRuns, kFourPrefetchedRuns };
 void set_single_row_reading(SingleRowReading reading);
 
