@@ -184,6 +184,17 @@ std::atomic<SingleRowReading>& single_row_reading() {
   return reading;
 }
 
+// Whether this AVX-512 build runs on an Intel core: AVX-512 choices that
+// differ by vendor (single-row reading, prefetch distance) ask this.
+bool avx512_on_intel() {
+#if defined(__AVX512F__)
+  static const bool intel = __builtin_cpu_is("intel");
+  return intel;
+#else
+  return false;
+#endif
+}
+
 bool reads_prefetched_runs() {
   switch (single_row_reading().load(std::memory_order_relaxed)) {
     case SingleRowReading::kThreeRuns:
@@ -193,12 +204,7 @@ bool reads_prefetched_runs() {
     case SingleRowReading::kByCpu:
       break;
   }
-#if defined(__AVX512F__)
-  static const bool intel = __builtin_cpu_is("intel");
-  return intel;
-#else
-  return false;
-#endif
+  return avx512_on_intel();
 }
 
 // How far ahead of the FMAs each weight row is prefetched, in floats (4 or
@@ -228,14 +234,7 @@ bool reads_prefetched_runs() {
 // of 5 rounds against a streaming read: 4 rows of 768 columns 0.58 at
 // 1024 floats ahead, 0.78 at 4096, 0.79 at 16384, 0.34 at 256; 8 rows
 // 0.40, 0.49, 0.50, 0.25).
-int64_t prefetch_ahead() {
-#if defined(__AVX512F__)
-  static const int64_t ahead = __builtin_cpu_is("intel") ? 1024 : 4096;
-  return ahead;
-#else
-  return 4096;
-#endif
-}
+int64_t prefetch_ahead() { return avx512_on_intel() ? 1024 : 4096; }
 
 // The floats one round of the chains covers: one vector for each.
 constexpr int64_t kStep = kChains * Vec::kLanes;
@@ -563,8 +562,9 @@ void gemv_rows(int64_t begin, int64_t end, int64_t k, const W* w, const XRows& x
   int64_t r = begin;
   // Short rows in runs (see kStreams): prefetched for one row of x on
   // Intel, unprefetched for one (two with AVX-512) elsewhere.
-  const bool prefetched_runs = kBatch == 1 && reads_prefetched_runs();
-  const bool unprefetched_runs = kBatch <= kMostRowsInRuns && !reads_prefetched_runs();
+  const bool prefetching = reads_prefetched_runs();
+  const bool prefetched_runs = kBatch == 1 && prefetching;
+  const bool unprefetched_runs = kBatch <= kMostRowsInRuns && !prefetching;
   if (kBatch == 1 ? prefetched_runs && k > kLongRow
                   : k >= kLongRowOfSeveral || (kBatch <= kRowsPerRead && kBatch * k > kShortRowsInL1)) {
     constexpr int kTiles = kBatch >= 4 ? kLongRowTiles : 1;
